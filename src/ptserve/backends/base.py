@@ -1,0 +1,109 @@
+"""The backend interface: what the core needs from a framework to serve its models."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ptserve.config.parse import ModelConfig
+from ptserve.core.errors import ServerError
+from ptserve.core.iospec import ModelIO
+from ptserve.core.prepared import OutputMap, PreparedRequest
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceSpec:
+    """One instance to create: its name, its kind and the device index (GPU id or -1)."""
+
+    name: str
+    kind: str  # "KIND_CPU", "KIND_GPU" or "KIND_MODEL"
+    device_id: int = -1
+
+
+@dataclass(slots=True)
+class LoadContext:
+    """What a backend gets to load one version of a model."""
+
+    name: str
+    version: int
+    model_dir: Path
+    config: ModelConfig
+    io: ModelIO
+    backend_config: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def version_dir(self) -> Path:
+        return self.model_dir / str(self.version)
+
+
+@dataclass(slots=True)
+class ExecutionTimes:
+    """How long the parts of one execution took, in nanoseconds."""
+
+    compute_input_ns: int = 0
+    compute_infer_ns: int = 0
+    compute_output_ns: int = 0
+
+
+@dataclass(slots=True)
+class BatchResult:
+    """One result per request of the batch, in order: the outputs, or the error for that request."""
+
+    results: list[OutputMap | ServerError]
+    times: ExecutionTimes
+
+
+class BackendInstance(abc.ABC):
+    """A model instance: runs one batch at a time on its own worker thread."""
+
+    @abc.abstractmethod
+    def execute(self, batch: Sequence[PreparedRequest]) -> BatchResult:
+        """Run the batch; errors are returned per request, never raised."""
+
+    def unload(self) -> None:  # noqa: B027 - optional hook
+        """Release what the instance holds."""
+
+
+class BackendModel(abc.ABC):
+    """One loaded version of a model, from which instances are made."""
+
+    @abc.abstractmethod
+    def create_instance(self, spec: InstanceSpec) -> BackendInstance:
+        """Make an instance; raises ServerError when it cannot."""
+
+    def unload(self) -> None:  # noqa: B027 - optional hook
+        """Release what the model holds beyond its instances."""
+
+
+class Backend(abc.ABC):
+    """A framework's entry point."""
+
+    name: str
+
+    @abc.abstractmethod
+    def claims(self, config: ModelConfig, model_dir: Path) -> bool:
+        """Whether this backend serves the model (by platform, backend or files)."""
+
+    @abc.abstractmethod
+    def complete_config(self, config: ModelConfig, model_dir: Path) -> None:
+        """Fill in platform, backend and default file name."""
+
+    @abc.abstractmethod
+    def gpu_count(self) -> int:
+        """How many GPUs this backend can use."""
+
+    @abc.abstractmethod
+    def load(self, context: LoadContext) -> BackendModel:
+        """Load one version; raises ServerError naming the model and the reason."""
+
+
+def unsupported_model(config: ModelConfig, model_name: str) -> ServerError:
+    from ptserve.core.errors import invalid_arg
+
+    what = config.platform or config.backend or "none"
+    return invalid_arg(
+        f"model '{model_name}': unsupported platform/backend '{what}'; ptserve serves PyTorch "
+        "models (platform 'pytorch_libtorch' or 'torch_aoti', or backend 'pytorch')"
+    )

@@ -1,0 +1,56 @@
+"""Filling in what a config may leave out, as the reference server does before serving it."""
+
+from __future__ import annotations
+
+from ptserve.config.parse import ModelConfig
+from ptserve.core.errors import invalid_arg
+
+_pb = ModelConfig.DESCRIPTOR.file.pool
+KIND_AUTO = 0
+KIND_GPU = 1
+KIND_CPU = 2
+KIND_MODEL = 3
+
+
+def auto_complete(config: ModelConfig, model_name: str, gpu_count: int) -> None:
+    """Complete the backend-independent parts of ``config`` in place.
+
+    The backend has already set platform, backend and ``default_model_filename``.
+    """
+    if not config.name:
+        config.name = model_name
+    elif config.name != model_name:
+        raise invalid_arg(
+            f"model '{model_name}': the config names the model '{config.name}', "
+            "but the model folder is called "
+            f"'{model_name}'; they must match"
+        )
+    if not config.HasField("version_policy") or (
+        config.version_policy.WhichOneof("policy_choice") == "latest"
+        and config.version_policy.latest.num_versions == 0
+    ):
+        config.version_policy.latest.num_versions = 1
+
+    if not config.instance_group:
+        config.instance_group.add()
+    for index, group in enumerate(config.instance_group):
+        if not group.name:
+            single = len(config.instance_group) == 1
+            group.name = config.name if single else f"{config.name}_{index}"
+        if group.count == 0:
+            group.count = 1
+        if group.kind == KIND_AUTO:
+            group.kind = KIND_GPU if gpu_count > 0 and not _model_kind(config) else KIND_CPU
+        if group.kind == KIND_GPU and not group.gpus:
+            group.gpus.extend(range(gpu_count))
+
+    if config.HasField("dynamic_batching") and not config.dynamic_batching.preferred_batch_size:
+        config.dynamic_batching.preferred_batch_size.append(max(config.max_batch_size, 1))
+
+    if not config.HasField("optimization"):
+        config.optimization.input_pinned_memory.enable = True
+        config.optimization.output_pinned_memory.enable = True
+
+
+def _model_kind(config: ModelConfig) -> bool:
+    return any(group.kind == KIND_MODEL for group in config.instance_group)

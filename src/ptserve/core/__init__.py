@@ -1,0 +1,1 @@
+"""The transport-agnostic core: models, requests, scheduling hand-off, statistics."""

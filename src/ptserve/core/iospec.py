@@ -1,0 +1,97 @@
+"""Per-model input/output facts decided once at load: types, shapes, reshape, batching."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ptserve.config.parse import ModelConfig
+from ptserve.core import datatypes
+from ptserve.core.datatypes import DataType
+
+
+@dataclass(frozen=True, slots=True)
+class IOSpec:
+    """One configured input or output."""
+
+    name: str
+    datatype: DataType
+    dims: tuple[int, ...]  # as the client sees it, without the batch dimension
+    reshape: tuple[int, ...] | None  # as the model sees it, without the batch dimension
+    optional: bool = False
+    allow_ragged_batch: bool = False
+    label_filename: str = ""
+
+    def full_shape(self, batching: bool) -> list[int]:
+        """The shape clients see in metadata: ``-1`` first for batching models."""
+        return ([-1] if batching else []) + list(self.dims)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelIO:
+    """All inputs and outputs of a model, in config order."""
+
+    max_batch_size: int
+    inputs: tuple[IOSpec, ...]
+    outputs: tuple[IOSpec, ...]
+    # What the model itself takes and returns beyond the client-visible tensors: sequence
+    # control inputs and implicit state. Schedulers fill them into PreparedRequest.inputs.
+    extra_inputs: tuple[IOSpec, ...] = ()
+    extra_outputs: tuple[IOSpec, ...] = ()
+
+    @property
+    def batching(self) -> bool:
+        return self.max_batch_size > 0
+
+    @property
+    def model_inputs(self) -> tuple[IOSpec, ...]:
+        """Every tensor ``forward`` receives: config inputs, then control and state inputs."""
+        return self.inputs + self.extra_inputs
+
+    @property
+    def model_outputs(self) -> tuple[IOSpec, ...]:
+        """Every tensor ``forward`` returns: config outputs, then state outputs."""
+        return self.outputs + self.extra_outputs
+
+    def input(self, name: str) -> IOSpec | None:
+        for spec in self.inputs:
+            if spec.name == name:
+                return spec
+        return None
+
+    def output(self, name: str) -> IOSpec | None:
+        for spec in self.outputs:
+            if spec.name == name:
+                return spec
+        return None
+
+
+def model_io(config: ModelConfig) -> ModelIO:
+    """The IO plan of a validated config."""
+    inputs = tuple(
+        IOSpec(
+            name=io.name,
+            datatype=datatypes.from_config_name(_enum_name(io.data_type)),
+            dims=tuple(io.dims),
+            reshape=tuple(io.reshape.shape) if io.HasField("reshape") else None,
+            optional=io.optional,
+            allow_ragged_batch=io.allow_ragged_batch,
+        )
+        for io in config.input
+    )
+    outputs = tuple(
+        IOSpec(
+            name=io.name,
+            datatype=datatypes.from_config_name(_enum_name(io.data_type)),
+            dims=tuple(io.dims),
+            reshape=tuple(io.reshape.shape) if io.HasField("reshape") else None,
+            label_filename=io.label_filename,
+        )
+        for io in config.output
+    )
+    return ModelIO(config.max_batch_size, inputs, outputs)
+
+
+def _enum_name(value: int) -> str:
+    from tritonclient.grpc import model_config_pb2
+
+    return str(model_config_pb2.DataType.Name(value))

@@ -1,0 +1,116 @@
+"""Per model-version statistics, in the shape of the reference's statistics extension."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class Duration:
+    """A count and the nanoseconds they took together."""
+
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int, count: int = 1) -> None:
+        self.count += count
+        self.ns += ns
+
+    def as_dict(self) -> dict[str, int]:
+        return {"count": self.count, "ns": self.ns}
+
+
+@dataclass(slots=True)
+class BatchStats:
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+
+
+_INFERENCE_FIELDS = (
+    "success",
+    "fail",
+    "queue",
+    "compute_input",
+    "compute_infer",
+    "compute_output",
+    "cache_hit",
+    "cache_miss",
+)
+
+
+class ModelStats:
+    """Counters updated by instance workers and read by the statistics endpoints."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.inference = {name: Duration() for name in _INFERENCE_FIELDS}
+        self.batches: dict[int, BatchStats] = {}
+        self.inference_count = 0
+        self.execution_count = 0
+        self.last_inference_ms = 0
+
+    def record_execution(
+        self,
+        batch_size: int,
+        compute_input_ns: int,
+        compute_infer_ns: int,
+        compute_output_ns: int,
+    ) -> None:
+        """One batch run: the rows it held and how long its phases took."""
+        with self._lock:
+            self.execution_count += 1
+            self.inference_count += batch_size
+            self.last_inference_ms = time.time_ns() // 1_000_000
+            stats = self.batches.get(batch_size)
+            if stats is None:
+                stats = self.batches[batch_size] = BatchStats()
+            stats.compute_input.add(compute_input_ns)
+            stats.compute_infer.add(compute_infer_ns)
+            stats.compute_output.add(compute_output_ns)
+
+    def record_success(
+        self,
+        total_ns: int,
+        queue_ns: int,
+        compute_input_ns: int,
+        compute_infer_ns: int,
+        compute_output_ns: int,
+    ) -> None:
+        """One request answered: each request is charged the full phases of its batch."""
+        with self._lock:
+            inference = self.inference
+            inference["success"].add(total_ns)
+            inference["queue"].add(queue_ns)
+            inference["compute_input"].add(compute_input_ns)
+            inference["compute_infer"].add(compute_infer_ns)
+            inference["compute_output"].add(compute_output_ns)
+
+    def record_failure(self, total_ns: int) -> None:
+        with self._lock:
+            self.inference["fail"].add(total_ns)
+            self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def snapshot(self, name: str, version: str) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "name": name,
+                "version": version,
+                "last_inference": self.last_inference_ms,
+                "inference_count": self.inference_count,
+                "execution_count": self.execution_count,
+                "inference_stats": {k: v.as_dict() for k, v in self.inference.items()},
+                "batch_stats": [
+                    {
+                        "batch_size": size,
+                        "compute_input": stats.compute_input.as_dict(),
+                        "compute_infer": stats.compute_infer.as_dict(),
+                        "compute_output": stats.compute_output.as_dict(),
+                    }
+                    for size, stats in sorted(self.batches.items())
+                ],
+                "memory_usage": [],
+            }

@@ -1,0 +1,175 @@
+"""The v2 HTTP infer body: JSON header plus binary tensor data, in both directions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ptserve.core import datatypes
+from ptserve.core.errors import invalid_arg
+from ptserve.core.types import InferRequest, InferResponse, RequestedOutput, Tensor
+from ptserve.frontends import tensors
+
+HEADER_LENGTH = "inference-header-content-length"
+
+
+def decode_request(
+    model: str,
+    version: str,
+    body: bytes | bytearray | memoryview,
+    header_length: int | None,
+) -> InferRequest:
+    """Parse an infer body; ``header_length`` splits JSON from binary data when given."""
+    view = memoryview(body)
+    if header_length is None:
+        header_length = len(view)
+    if header_length < 0 or header_length > len(view):
+        raise invalid_arg(
+            f"Inference-Header-Content-Length is {header_length}, but the body has only "
+            f"{len(view)} bytes"
+        )
+    try:
+        header = orjson.loads(view[:header_length])
+    except orjson.JSONDecodeError as exc:
+        raise invalid_arg(f"failed to parse the request JSON: {exc}") from None
+    if not isinstance(header, dict):
+        raise invalid_arg(f"the request JSON must be an object, got {type(header).__name__}")
+    binary = view[header_length:]
+
+    request_id = header.get("id", "")
+    if not isinstance(request_id, str):
+        raise invalid_arg(f"'id' must be a string, got {type(request_id).__name__}")
+    parameters = _parameters(header.get("parameters"), "request 'parameters'")
+    raw_inputs = header.get("inputs")
+    if not isinstance(raw_inputs, list):
+        raise invalid_arg("the request must have an 'inputs' list")
+
+    offset = 0
+    inputs: list[Tensor] = []
+    for position, raw in enumerate(raw_inputs):
+        tensor, used = _decode_input(position, raw, binary, offset)
+        offset += used
+        inputs.append(tensor)
+    if offset != len(binary):
+        raise invalid_arg(
+            f"the body has {len(binary)} bytes of binary data after the JSON header, but the "
+            f"inputs' binary_data_size values add up to {offset}"
+        )
+
+    outputs: list[RequestedOutput] | None = None
+    raw_outputs = header.get("outputs")
+    if raw_outputs is not None:
+        if not isinstance(raw_outputs, list):
+            raise invalid_arg("'outputs' must be a list")
+        outputs = [_decode_output(position, raw) for position, raw in enumerate(raw_outputs)]
+    return InferRequest(
+        model_name=model,
+        model_version=version,
+        id=request_id,
+        inputs=inputs,
+        outputs=outputs,
+        parameters=parameters,
+    )
+
+
+def _parameters(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise invalid_arg(f"{where} must be an object, got {type(value).__name__}")
+    return value
+
+
+def _decode_input(position: int, raw: Any, binary: memoryview, offset: int) -> tuple[Tensor, int]:
+    if not isinstance(raw, dict):
+        raise invalid_arg(f"inputs[{position}] must be an object, got {type(raw).__name__}")
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        raise invalid_arg(f"inputs[{position}] must have a non-empty string 'name'")
+    if "datatype" not in raw:
+        raise invalid_arg(f"input '{name}' has no 'datatype'")
+    dt = datatypes.from_name(raw["datatype"])
+    if "shape" not in raw:
+        raise invalid_arg(f"input '{name}' has no 'shape'")
+    shape = tensors.check_shape(name, raw["shape"])
+    params = _parameters(raw.get("parameters"), f"input '{name}' 'parameters'")
+    if "shared_memory_region" in params:
+        raise invalid_arg(f"input '{name}': shared memory inputs are not enabled on this server")
+    size = params.get("binary_data_size")
+    if size is not None:
+        if "data" in raw:
+            raise invalid_arg(f"input '{name}' has both 'data' and binary_data_size; send one")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise invalid_arg(
+                f"input '{name}': binary_data_size must be a non-negative integer, got {size!r}"
+            )
+        if offset + size > len(binary):
+            raise invalid_arg(
+                f"input '{name}': binary_data_size {size} overruns the body: only "
+                f"{len(binary) - offset} bytes of binary data remain"
+            )
+        data = tensors.from_raw(name, binary[offset : offset + size], dt, shape)
+        return Tensor(name, dt, data), size
+    if "data" not in raw:
+        raise invalid_arg(f"input '{name}' has neither 'data' nor parameters.binary_data_size")
+    return Tensor(name, dt, tensors.from_json(name, raw["data"], dt, shape)), 0
+
+
+def _decode_output(position: int, raw: Any) -> RequestedOutput:
+    if not isinstance(raw, dict):
+        raise invalid_arg(f"outputs[{position}] must be an object, got {type(raw).__name__}")
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        raise invalid_arg(f"outputs[{position}] must have a non-empty string 'name'")
+    params = _parameters(raw.get("parameters"), f"output '{name}' 'parameters'")
+    classification = params.get("classification", 0)
+    if isinstance(classification, bool) or not isinstance(classification, int):
+        raise invalid_arg(f"output '{name}': classification must be an integer")
+    binary = params.get("binary_data")
+    if binary is not None and not isinstance(binary, bool):
+        raise invalid_arg(f"output '{name}': binary_data must be true or false")
+    if "shared_memory_region" in params:
+        raise invalid_arg(f"output '{name}': shared memory outputs are not enabled on this server")
+    return RequestedOutput(name, classification, params)
+
+
+@dataclass(slots=True)
+class EncodedResponse:
+    """The JSON header and the binary parts that follow it."""
+
+    header: bytes
+    binary: list[bytes | memoryview]
+
+
+def encode_response(response: InferResponse, binary_default: bool) -> EncodedResponse:
+    """Serialize a response; outputs go binary when asked per output or for the whole request."""
+    outputs: list[dict[str, Any]] = []
+    binary: list[bytes | memoryview] = []
+    for tensor in response.outputs:
+        wanted = response.requested.get(tensor.name)
+        as_binary = binary_default
+        if wanted is not None and "binary_data" in wanted.parameters:
+            as_binary = bool(wanted.parameters["binary_data"])
+        entry: dict[str, Any] = {
+            "name": tensor.name,
+            "datatype": tensor.datatype.name,
+            "shape": list(tensor.shape),
+        }
+        if as_binary:
+            raw = tensors.to_raw(tensor.data, tensor.datatype)
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            binary.append(raw)
+        else:
+            entry["data"] = tensors.to_json_values(tensor.data, tensor.datatype)
+        outputs.append(entry)
+    header: dict[str, Any] = {}
+    if response.id:
+        header["id"] = response.id
+    header["model_name"] = response.model_name
+    header["model_version"] = response.model_version
+    if response.parameters:
+        header["parameters"] = response.parameters
+    header["outputs"] = outputs
+    return EncodedResponse(orjson.dumps(header), binary)

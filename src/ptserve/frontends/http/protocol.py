@@ -1,0 +1,229 @@
+"""A small HTTP/1.1 server on asyncio and httptools: keep-alive, pipelining, one write per response.
+
+Frameworks add per-request layers that cost more than the model call for small tensors; this
+module does only what the v2 protocol needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import cast
+
+import httptools
+import orjson
+
+log = logging.getLogger("ptserve.http")
+
+_PIPELINE_LIMIT = 32
+_SMALL_BODY = 1 << 16
+
+
+@dataclass(slots=True)
+class HttpRequest:
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]
+    body: bytearray = field(default_factory=bytearray)
+    keep_alive: bool = True
+
+
+@dataclass(slots=True)
+class HttpResponse:
+    status: int
+    body: list[bytes | memoryview] = field(default_factory=list)
+    content_type: str = "application/json"
+    headers: list[tuple[str, str]] = field(default_factory=list)
+
+    @classmethod
+    def json(cls, value: object, status: int = 200) -> HttpResponse:
+        return cls(status, [orjson.dumps(value)])
+
+    @classmethod
+    def error(cls, status: int, message: str) -> HttpResponse:
+        return cls(status, [orjson.dumps({"error": message})])
+
+    @classmethod
+    def empty(cls, status: int = 200) -> HttpResponse:
+        return cls(status, [], content_type="")
+
+
+Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
+
+
+def _reason(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Unknown"
+
+
+def serialize(response: HttpResponse, keep_alive: bool) -> list[bytes | memoryview]:
+    """Status line, headers and body, ready for a single write."""
+    length = sum(len(part) for part in response.body)
+    lines = [f"HTTP/1.1 {response.status} {_reason(response.status)}"]
+    if response.content_type:
+        lines.append(f"Content-Type: {response.content_type}")
+    lines.append(f"Content-Length: {length}")
+    for name, value in response.headers:
+        lines.append(f"{name}: {value}")
+    if not keep_alive:
+        lines.append("Connection: close")
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    if length <= _SMALL_BODY:
+        return [b"".join([head, *response.body])]
+    return [head, *response.body]
+
+
+class HttpProtocol(asyncio.Protocol):
+    """One connection: parses requests in order and answers them in the same order."""
+
+    def __init__(self, handler: Handler, max_body: int) -> None:
+        self.handler = handler
+        self.max_body = max_body
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.pending: collections.deque[HttpRequest] = collections.deque()
+        self.worker: asyncio.Task[None] | None = None
+        self.paused = False
+        self.closed = False
+        self._url = bytearray()
+        self._headers: dict[str, str] = {}
+        self._current: HttpRequest | None = None
+        self._discard = False
+
+    # --- asyncio.Protocol ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.pending.clear()
+        if self.worker is not None and not self.worker.done():
+            self.worker.cancel()
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(400, "protocol upgrades are not supported")
+        except httptools.HttpParserError as exc:
+            self._fail(400, f"malformed HTTP request: {exc}")
+
+    # --- httptools callbacks ---------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._url = bytearray()
+        self._headers = {}
+        self._current = None
+        self._discard = False
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        previous = self._headers.get(key)
+        self._headers[key] = text if previous is None else f"{previous}, {text}"
+
+    def on_headers_complete(self) -> None:
+        parsed = httptools.parse_url(bytes(self._url))
+        path = parsed.path.decode("latin-1") if parsed.path else "/"
+        query = parsed.query.decode("latin-1") if parsed.query else ""
+        method = self.parser.get_method().decode("latin-1")
+        request = HttpRequest(
+            method, path, query, self._headers, keep_alive=self.parser.should_keep_alive()
+        )
+        length = self._headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body:
+            self._fail(
+                400,
+                f"request body of {length} bytes exceeds the maximum allowed size of "
+                f"{self.max_body} bytes (--http-max-input-size)",
+            )
+            self._discard = True
+            return
+        self._current = request
+
+    def on_body(self, body: bytes) -> None:
+        request = self._current
+        if request is None or self._discard:
+            return
+        request.body += body
+        if len(request.body) > self.max_body:
+            self._discard = True
+            self._fail(
+                400,
+                f"request body exceeds the maximum allowed size of {self.max_body} bytes "
+                "(--http-max-input-size)",
+            )
+
+    def on_message_complete(self) -> None:
+        request = self._current
+        self._current = None
+        if request is None or self._discard or self.closed:
+            return
+        self.pending.append(request)
+        if len(self.pending) >= _PIPELINE_LIMIT and self.transport is not None:
+            self.transport.pause_reading()
+            self.paused = True
+        if self.worker is None or self.worker.done():
+            self.worker = asyncio.get_running_loop().create_task(self._serve())
+
+    # --- answering -------------------------------------------------------------------------
+
+    async def _serve(self) -> None:
+        while self.pending and not self.closed:
+            request = self.pending.popleft()
+            if self.paused and len(self.pending) < _PIPELINE_LIMIT // 2:
+                assert self.transport is not None
+                self.transport.resume_reading()
+                self.paused = False
+            try:
+                response = await self.handler(request)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.exception("unhandled error answering %s %s", request.method, request.path)
+                response = HttpResponse.error(500, f"internal error: {exc}")
+            self._write(response, request.keep_alive)
+            if not request.keep_alive:
+                self._close()
+                return
+
+    def _write(self, response: HttpResponse, keep_alive: bool) -> None:
+        if self.transport is None or self.closed:
+            return
+        parts = serialize(response, keep_alive)
+        if len(parts) == 1:
+            self.transport.write(parts[0])
+        else:
+            self.transport.writelines(parts)
+
+    def _fail(self, status: int, message: str) -> None:
+        """Answer a request that cannot be parsed or accepted, then close the connection."""
+        if self.closed:
+            return
+        self._write(HttpResponse.error(status, message), keep_alive=False)
+        self._close()
+
+    def _close(self) -> None:
+        self.closed = True
+        self.pending.clear()
+        if self.transport is not None:
+            self.transport.close()

@@ -1,0 +1,156 @@
+"""Decoding tensor data that arrives as JSON values or raw bytes; shared by every frontend."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ptserve.core import datatypes
+from ptserve.core.datatypes import DataType
+from ptserve.core.errors import invalid_arg
+
+
+def check_shape(name: str, shape: Any) -> tuple[int, ...]:
+    """A shape must be a list of non-negative integers."""
+    if not isinstance(shape, list | tuple):
+        raise invalid_arg(
+            f"input '{name}': 'shape' must be a list of integers, got {type(shape).__name__}"
+        )
+    result: list[int] = []
+    for dim in shape:
+        if isinstance(dim, bool) or not isinstance(dim, int):
+            raise invalid_arg(
+                f"input '{name}': 'shape' must be a list of integers, got element {dim!r}"
+            )
+        if dim < 0:
+            raise invalid_arg(f"input '{name}': 'shape' {list(shape)} has a negative dimension")
+        result.append(dim)
+    return tuple(result)
+
+
+def from_raw(
+    name: str, raw: bytes | bytearray | memoryview, dt: DataType, shape: tuple[int, ...]
+) -> np.ndarray:
+    """A tensor from its little-endian, row-major bytes (length-prefixed elements for BYTES)."""
+    count = datatypes.element_count(shape)
+    if dt.is_bytes:
+        return datatypes.deserialize_bytes(raw, count, f"input '{name}'").reshape(shape)
+    expected = count * dt.itemsize
+    if len(raw) != expected:
+        raise invalid_arg(
+            f"input '{name}': expected {expected} bytes for shape {list(shape)} of {dt.name} "
+            f"({count} elements of {dt.itemsize} bytes), got {len(raw)}"
+        )
+    return np.frombuffer(raw, dtype=dt.numpy.newbyteorder("<")).reshape(shape)
+
+
+def from_json(name: str, data: Any, dt: DataType, shape: tuple[int, ...]) -> np.ndarray:
+    """A tensor from JSON values (nested or flat); values must fit the datatype."""
+    count = datatypes.element_count(shape)
+    if dt.is_bytes:
+        flat = _flatten(name, data)
+        if len(flat) != count:
+            raise _count_error(name, len(flat), count, shape)
+        array = np.empty(count, dtype=object)
+        for index, item in enumerate(flat):
+            if isinstance(item, str):
+                array[index] = item.encode("utf-8")
+            else:
+                raise invalid_arg(
+                    f"input '{name}': BYTES element {index} must be a JSON string, "
+                    f"got {type(item).__name__}"
+                )
+        return array.reshape(shape)
+    if not dt.json_kind:
+        raise invalid_arg(
+            f"input '{name}': {dt.name} data cannot be sent as JSON; send it as binary data "
+            "(parameters.binary_data_size)"
+        )
+    if not isinstance(data, list):
+        data = [data]
+    try:
+        values = np.array(data)
+    except (ValueError, OverflowError) as exc:
+        raise invalid_arg(
+            f"input '{name}': 'data' is not a regular array of numbers: {exc}"
+        ) from None
+    if values.size != count:
+        raise _count_error(name, values.size, count, shape)
+    if count == 0:
+        return np.zeros(shape, dtype=dt.numpy)
+    kind = values.dtype.kind
+    if dt.json_kind == "bool":
+        if kind != "b":
+            raise _type_error(name, dt, values)
+    elif dt.json_kind in ("int", "uint"):
+        if kind not in "iu" and not (kind == "O" and _all_ints(values)):
+            raise _type_error(name, dt, values)
+        info = np.iinfo(dt.numpy)  # type: ignore[type-var]
+        low, high = int(values.min()), int(values.max())
+        if low < info.min or high > info.max:
+            raise invalid_arg(
+                f"input '{name}': value {low if low < info.min else high} is out of range for "
+                f"{dt.name} ({info.min} to {info.max})"
+            )
+    elif kind not in "iuf":
+        raise _type_error(name, dt, values)
+    return values.astype(dt.numpy).reshape(shape)
+
+
+def _all_ints(values: np.ndarray) -> bool:
+    return all(isinstance(v, int) and not isinstance(v, bool) for v in values.flat)
+
+
+def _flatten(name: str, data: Any) -> list[Any]:
+    if not isinstance(data, list):
+        return [data]
+    flat: list[Any] = []
+    stack = [iter(data)]
+    while stack:
+        for item in stack[-1]:
+            if isinstance(item, list):
+                stack.append(iter(item))
+                break
+            flat.append(item)
+        else:
+            stack.pop()
+    return flat
+
+
+def _count_error(name: str, got: int, expected: int, shape: tuple[int, ...]) -> Exception:
+    return invalid_arg(
+        f"input '{name}': 'data' has {got} elements, but shape {list(shape)} needs {expected}"
+    )
+
+
+def _type_error(name: str, dt: DataType, values: np.ndarray) -> Exception:
+    sample = next(iter(values.flat), None)
+    expected = {"bool": "true/false", "int": "integers", "uint": "integers", "float": "numbers"}
+    return invalid_arg(
+        f"input '{name}': {dt.name} data must be {expected.get(dt.json_kind, 'numbers')}, "
+        f"got {sample!r}"
+    )
+
+
+def to_json_values(data: np.ndarray, dt: DataType) -> list[Any]:
+    """A tensor as a flat list of JSON values."""
+    if dt.is_bytes:
+        return [
+            item.decode("utf-8", errors="replace") if isinstance(item, bytes) else str(item)
+            for item in data.flat
+        ]
+    if dt.name == "BF16":
+        data = datatypes.bf16_to_float32(data)
+    values: list[Any] = data.reshape(-1).tolist()
+    return values
+
+
+def to_raw(data: np.ndarray, dt: DataType) -> bytes | memoryview:
+    """A tensor's wire bytes; a view of its memory when it is contiguous."""
+    if dt.is_bytes:
+        return datatypes.serialize_bytes(data)
+    array = np.ascontiguousarray(data)
+    if array.dtype.byteorder == ">":
+        array = array.astype(array.dtype.newbyteorder("<"))
+    return memoryview(array).cast("B") if array.size else b""  # type: ignore[arg-type]
