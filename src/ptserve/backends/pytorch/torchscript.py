@@ -253,6 +253,9 @@ class TorchScriptInstance(BackendInstance):
                     strings.extend(part)
                 args.append(strings)
                 continue
+            if spec.allow_ragged_batch and self.io.batching:
+                # Ragged inputs reach the model flattened: the requests' elements end to end.
+                parts = [part.reshape(-1) for part in parts]
             array = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
             tensor = to_torch(array, spec.datatype)
             if self.device is not None and self.device.type != "cpu":
