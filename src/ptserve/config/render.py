@@ -39,7 +39,10 @@ def config_to_dict(message: Message) -> dict[str, Any]:
 
 
 def _is_repeated(field: Any) -> bool:
-    return bool(getattr(field, "is_repeated", field.label == FieldDescriptor.LABEL_REPEATED))
+    if hasattr(field, "is_repeated"):  # newer protobuf; ``label`` is deprecated there
+        flag = field.is_repeated
+        return bool(flag() if callable(flag) else flag)
+    return bool(field.label == FieldDescriptor.LABEL_REPEATED)
 
 
 def _is_map(field: Any) -> bool:

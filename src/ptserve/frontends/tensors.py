@@ -84,8 +84,12 @@ def from_json(name: str, data: Any, dt: DataType, shape: tuple[int, ...]) -> np.
         if kind != "b":
             raise _type_error(name, dt, values)
     elif dt.json_kind in ("int", "uint"):
-        if kind not in "iu" and not (kind == "O" and _all_ints(values)):
-            raise _type_error(name, dt, values)
+        if kind not in "iu":
+            # Integers beyond int64 make numpy fall back to float or object: check the values.
+            flat = _flatten(name, data)
+            if not _all_ints(flat):
+                raise _type_error(name, dt, values)
+            values = np.array(flat, dtype=object)
         info = np.iinfo(dt.numpy)  # type: ignore[type-var]
         low, high = int(values.min()), int(values.max())
         if low < info.min or high > info.max:
@@ -98,8 +102,8 @@ def from_json(name: str, data: Any, dt: DataType, shape: tuple[int, ...]) -> np.
     return values.astype(dt.numpy).reshape(shape)
 
 
-def _all_ints(values: np.ndarray) -> bool:
-    return all(isinstance(v, int) and not isinstance(v, bool) for v in values.flat)
+def _all_ints(values: list[Any]) -> bool:
+    return all(isinstance(v, int) and not isinstance(v, bool) for v in values)
 
 
 def _flatten(name: str, data: Any) -> list[Any]:

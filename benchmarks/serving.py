@@ -1,0 +1,179 @@
+"""Serving overhead: the example MLP and CNN served over HTTP vs. the same model in-process.
+
+    python -m benchmarks.serving [--repository DIR] [--concurrency 1 8] [--seconds 5]
+
+Uses perf_analyzer (binary tensors) when it is installed (``PERF_ANALYZER`` or
+``~/.cache/perf-analyzer/perf_analyzer``), else a built-in tritonclient load loop. Figures are
+reported side by side from one run, since absolute numbers on a shared machine drift.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tests.serverproc import ServerProcess
+
+from ptserve.examples import build_example_repository
+
+SHAPES = {"mlp": (64,), "cnn": (3, 32, 32)}
+
+
+def perf_analyzer_path() -> str | None:
+    candidate = os.environ.get("PERF_ANALYZER") or str(
+        Path.home() / ".cache" / "perf-analyzer" / "perf_analyzer"
+    )
+    return candidate if Path(candidate).is_file() else shutil.which("perf_analyzer")
+
+
+def in_process(repository: Path, model: str, seconds: float) -> dict[str, float]:
+    """Batch-1 latency of the TorchScript file called directly, as the server would call it."""
+    module = torch.jit.load(str(repository / model / "1" / "model.pt"))
+    module.eval()
+    data = torch.from_numpy(
+        np.random.default_rng(0).standard_normal((1, *SHAPES[model]), dtype=np.float32)
+    )
+    latencies: list[float] = []
+    with torch.inference_mode():
+        for _ in range(50):
+            module(data)
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            start = time.perf_counter_ns()
+            module(data)
+            latencies.append((time.perf_counter_ns() - start) / 1000)
+    latencies.sort()
+    return {
+        "p50_us": latencies[len(latencies) // 2],
+        "p99_us": latencies[int(len(latencies) * 0.99)],
+        "throughput": len(latencies) / seconds,
+    }
+
+
+def served_perf_analyzer(
+    binary: str, url: str, model: str, concurrency: int, seconds: float, protocol: str
+) -> dict[str, float]:
+    with tempfile.NamedTemporaryFile(suffix=".csv") as report:
+        command = [
+            binary,
+            "-m",
+            model,
+            "-u",
+            url,
+            "-i",
+            protocol,
+            "-b",
+            "1",
+            "--concurrency-range",
+            str(concurrency),
+            "--measurement-interval",
+            str(int(seconds * 1000)),
+            "--stability-percentage",
+            "50",
+            "-f",
+            report.name,
+        ]
+        subprocess.run(command, check=True, capture_output=True, timeout=seconds * 20 + 60)
+        rows = list(csv.DictReader(io.StringIO(Path(report.name).read_text())))
+    row = rows[-1]
+    return {
+        "p50_us": float(row["p50 latency"]),
+        "p99_us": float(row["p99 latency"]),
+        "throughput": float(row["Inferences/Second"]),
+    }
+
+
+def served_builtin(url: str, model: str, concurrency: int, seconds: float) -> dict[str, float]:
+    import tritonclient.http as httpclient
+
+    latencies: list[float] = []
+    lock = threading.Lock()
+    data = np.random.default_rng(0).standard_normal((1, *SHAPES[model]), dtype=np.float32)
+    deadline = time.perf_counter() + seconds
+
+    def loop() -> None:
+        client = httpclient.InferenceServerClient(url)
+        tensor = httpclient.InferInput("INPUT__0", list(data.shape), "FP32")
+        tensor.set_data_from_numpy(data, binary_data=True)
+        output = httpclient.InferRequestedOutput("OUTPUT__0", binary_data=True)
+        for _ in range(20):
+            client.infer(model, [tensor], outputs=[output])
+        mine: list[float] = []
+        while time.perf_counter() < deadline:
+            start = time.perf_counter_ns()
+            client.infer(model, [tensor], outputs=[output])
+            mine.append((time.perf_counter_ns() - start) / 1000)
+        with lock:
+            latencies.extend(mine)
+
+    threads = [threading.Thread(target=loop) for _ in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    latencies.sort()
+    return {
+        "p50_us": statistics.median(latencies),
+        "p99_us": latencies[int(len(latencies) * 0.99)],
+        "throughput": len(latencies) / seconds,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repository", type=Path, help="example repository (built if absent)")
+    parser.add_argument("--models", nargs="+", default=["mlp", "cnn"])
+    parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 8])
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--protocol", choices=["http", "grpc"], default="http")
+    parser.add_argument("--builtin", action="store_true", help="do not use perf_analyzer")
+    args = parser.parse_args(argv)
+
+    repository = args.repository or Path(tempfile.mkdtemp(prefix="ptserve-bench-"))
+    if not (repository / "mlp").is_dir():
+        build_example_repository(repository)
+    analyzer = None if args.builtin else perf_analyzer_path()
+    print(
+        f"load generator: {analyzer or 'built-in tritonclient loop'}; torch threads: "
+        f"{torch.get_num_threads()}",
+        file=sys.stderr,
+    )
+    print(
+        "| model | concurrency | served p50 µs | served p99 µs | served inf/s "
+        "| in-process p50 µs | in-process inf/s | p50 overhead µs |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    with ServerProcess([repository], ["--log-info=false"]) as server:
+        url = server.grpc_url if args.protocol == "grpc" else server.http_url
+        for model in args.models:
+            for concurrency in args.concurrency:
+                baseline = in_process(repository, model, args.seconds)
+                if analyzer:
+                    served = served_perf_analyzer(
+                        analyzer, url, model, concurrency, args.seconds, args.protocol
+                    )
+                else:
+                    served = served_builtin(url, model, concurrency, args.seconds)
+                print(
+                    f"| {model} | {concurrency} | {served['p50_us']:.0f} | "
+                    f"{served['p99_us']:.0f} | {served['throughput']:.0f} | "
+                    f"{baseline['p50_us']:.0f} | {baseline['throughput']:.0f} | "
+                    f"{served['p50_us'] - baseline['p50_us']:.0f} |",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""Decoding JSON and raw tensor data: values must fit the declared type and shape."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ptserve.core import datatypes
+from ptserve.core.errors import ServerError
+from ptserve.frontends import tensors
+
+
+def dt(name: str) -> datatypes.DataType:
+    return datatypes.from_name(name)
+
+
+def test_nested_and_flat_json() -> None:
+    flat = tensors.from_json("x", [1, 2, 3, 4], dt("INT32"), (2, 2))
+    nested = tensors.from_json("x", [[1, 2], [3, 4]], dt("INT32"), (2, 2))
+    np.testing.assert_array_equal(flat, nested)
+    assert flat.dtype == np.int32
+
+
+@pytest.mark.parametrize(
+    ("data", "name", "message"),
+    [
+        ([256], "UINT8", "value 256 is out of range for UINT8"),
+        ([-1], "UINT64", "value -1 is out of range for UINT64"),
+        ([2**64], "UINT64", "out of range for UINT64"),
+        ([1.5], "INT64", "INT64 data must be integers"),
+        ([True], "INT32", "INT32 data must be integers"),
+        ([1], "BOOL", "BOOL data must be true/false"),
+        (["a"], "FP32", "FP32 data must be numbers"),
+        ([[1, 2], [3]], "FP32", "not a regular array"),
+        ([1], "BF16", "BF16 data cannot be sent as JSON"),
+        ([1], "BYTES", "BYTES element 0 must be a JSON string"),
+    ],
+)
+def test_json_values_must_fit(data: list[object], name: str, message: str) -> None:
+    with pytest.raises(ServerError, match=message):
+        tensors.from_json("x", data, dt(name), (len(data),))
+
+
+def test_uint64_full_range() -> None:
+    got = tensors.from_json("x", [0, 2**64 - 1], dt("UINT64"), (2,))
+    assert got.tolist() == [0, 2**64 - 1]
+
+
+def test_raw_size_must_match() -> None:
+    with pytest.raises(ServerError, match="expected 16 bytes for shape \\[4\\] of FP32"):
+        tensors.from_raw("x", b"\0" * 12, dt("FP32"), (4,))
+    got = tensors.from_raw("x", np.arange(4, dtype="<f4").tobytes(), dt("FP32"), (2, 2))
+    assert got.tolist() == [[0, 1], [2, 3]]
+
+
+@pytest.mark.parametrize("shape", [[-1], [1.5], "3", [True]])
+def test_shape_checks(shape: object) -> None:
+    with pytest.raises(ServerError, match="'shape'"):
+        tensors.check_shape("x", shape)
+
+
+def test_json_out_of_bf16() -> None:
+    bits = datatypes.float32_to_bf16(np.array([1.5, -2.0], np.float32))
+    assert tensors.to_json_values(bits, dt("BF16")) == [1.5, -2.0]

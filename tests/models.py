@@ -1,0 +1,85 @@
+"""Small TorchScript models that tests write into temporary repositories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ptserve.examples import write_model
+
+# v2 datatype → config type for the dtypes an identity model can carry as a Tensor.
+TENSOR_TYPES = {
+    "BOOL": "TYPE_BOOL",
+    "UINT8": "TYPE_UINT8",
+    "INT8": "TYPE_INT8",
+    "INT16": "TYPE_INT16",
+    "INT32": "TYPE_INT32",
+    "INT64": "TYPE_INT64",
+    "FP16": "TYPE_FP16",
+    "FP32": "TYPE_FP32",
+    "FP64": "TYPE_FP64",
+}
+
+
+class Identity(nn.Module):
+    def forward(self, INPUT0: torch.Tensor) -> torch.Tensor:
+        return INPUT0.clone()
+
+
+class StringIdentity(nn.Module):
+    def forward(self, INPUT0: list[str]) -> list[str]:
+        return INPUT0
+
+
+class Fails(nn.Module):
+    """Raises for negative input, so one model can both succeed and fail."""
+
+    def forward(self, INPUT0: torch.Tensor) -> torch.Tensor:
+        if bool((INPUT0 < 0).any()):
+            raise RuntimeError("negative input is not allowed")
+        return INPUT0 * 2
+
+
+def identity_config(name: str, config_type: str, max_batch_size: int, dims: str) -> str:
+    return f"""
+        name: "{name}"
+        platform: "pytorch_libtorch"
+        max_batch_size: {max_batch_size}
+        input [ {{ name: "INPUT0" data_type: {config_type} dims: [ {dims} ] }} ]
+        output [ {{ name: "OUTPUT0" data_type: {config_type} dims: [ {dims} ] }} ]
+    """
+
+
+def write_identity_models(repository: Path) -> list[str]:
+    """identity_<dtype> (batching, dims [-1]) and identity_<dtype>_nobatch (dims [-1, -1])."""
+    names = []
+    for datatype, config_type in TENSOR_TYPES.items():
+        lower = datatype.lower()
+        write_model(
+            repository,
+            f"identity_{lower}",
+            identity_config(f"identity_{lower}", config_type, 8, "-1"),
+            {1: torch.jit.script(Identity())},
+        )
+        write_model(
+            repository,
+            f"identity_{lower}_nobatch",
+            identity_config(f"identity_{lower}_nobatch", config_type, 0, "-1, -1"),
+            {1: torch.jit.script(Identity())},
+        )
+        names += [f"identity_{lower}", f"identity_{lower}_nobatch"]
+    write_model(
+        repository,
+        "identity_bytes",
+        identity_config("identity_bytes", "TYPE_STRING", 0, "-1"),
+        {1: torch.jit.script(StringIdentity())},
+    )
+    write_model(
+        repository,
+        "fails",
+        identity_config("fails", "TYPE_FP32", 8, "4"),
+        {1: torch.jit.script(Fails())},
+    )
+    return [*names, "identity_bytes", "fails"]

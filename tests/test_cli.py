@@ -1,0 +1,152 @@
+"""The ptserve process: startup, load failures, flags and clean shutdown."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import tritonclient.http as httpclient
+
+from ptserve.examples import SIMPLE_CONFIG, AddSub, write_model
+from tests.frontends.http.rawhttp import error_of, request
+from tests.serverproc import ServerProcess
+
+
+def good_and_bad(root: Path) -> Path:
+    repository = root / "repo"
+    write_model(repository, "simple", SIMPLE_CONFIG, {1: torch.jit.script(AddSub())})
+    bad = repository / "broken"
+    (bad / "1").mkdir(parents=True)
+    (bad / "1" / "model.pt").write_bytes(b"this is not a torchscript file")
+    (bad / "config.pbtxt").write_text(
+        'platform: "pytorch_libtorch"\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+    )
+    return repository
+
+
+def test_failed_model_stops_startup_by_default(tmp_path: Path) -> None:
+    server = ServerProcess([good_and_bad(tmp_path)]).start(wait=None)
+    assert server.wait_exit() == 1
+    log = server.log()
+    assert "failed to load 'broken'" in log
+    assert "failed to load" in log and "as TorchScript" in log
+
+
+def test_failed_model_does_not_stop_the_others(tmp_path: Path) -> None:
+    server = ServerProcess([good_and_bad(tmp_path)], ["--exit-on-error=false"]).start(wait="live")
+    try:
+        client = httpclient.InferenceServerClient(server.http_url)
+        assert client.is_server_live()
+        assert not client.is_server_ready()  # strict readiness: one model is not ready
+        assert client.is_model_ready("simple")
+        assert not client.is_model_ready("broken")
+        status, _, body = request(server.http_url, "GET", "/v2/models/broken")
+        assert status == 503
+        assert "as TorchScript" in error_of(body)
+        a = np.ones((1, 16), np.int32)
+        inputs = [
+            httpclient.InferInput("INPUT0", [1, 16], "INT32"),
+            httpclient.InferInput("INPUT1", [1, 16], "INT32"),
+        ]
+        inputs[0].set_data_from_numpy(a)
+        inputs[1].set_data_from_numpy(a)
+        np.testing.assert_array_equal(client.infer("simple", inputs).as_numpy("OUTPUT0"), a * 2)
+        assert "| broken" in server.log() and "UNAVAILABLE" in server.log()
+    finally:
+        assert server.stop() == 0
+
+
+def test_relaxed_readiness(tmp_path: Path) -> None:
+    args = ["--exit-on-error=false", "--strict-readiness=false"]
+    with ServerProcess([good_and_bad(tmp_path)], args).start(wait="ready") as server:
+        assert request(server.http_url, "GET", "/v2/health/ready")[0] == 200
+
+
+def test_sigterm_and_sigint_exit_cleanly(example_repository: Path) -> None:
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        server = ServerProcess([example_repository]).start()
+        assert server.stop(sig) == 0
+        assert "stopped" in server.log()
+
+
+def test_config_errors_name_model_and_field(tmp_path: Path) -> None:
+    repository = tmp_path / "repo"
+    write_model(repository, "simple", SIMPLE_CONFIG, {1: torch.jit.script(AddSub())})
+    bad = repository / "typo"
+    (bad / "1").mkdir(parents=True)
+    (bad / "config.pbtxt").write_text('platform: "pytorch_libtorch"\nmax_batch_sise: 4\n')
+    empty = repository / "noinputs"
+    (empty / "1").mkdir(parents=True)
+    (empty / "config.pbtxt").write_text('platform: "pytorch_libtorch"\n')
+    server = ServerProcess([repository]).start(wait=None)
+    assert server.wait_exit() == 1
+    log = server.log()
+    assert "failed to parse the model configuration of model 'typo'" in log
+    assert "max_batch_sise" in log
+    assert "model 'noinputs': model configuration must contain at least one input" in log
+
+
+def test_model_config_name_and_strict_config(tmp_path: Path) -> None:
+    repository = tmp_path / "repo"
+    model_dir = write_model(repository, "simple", SIMPLE_CONFIG, {1: torch.jit.script(AddSub())})
+    (model_dir / "configs").mkdir()
+    custom = SIMPLE_CONFIG.replace("max_batch_size: 8", "max_batch_size: 2")
+    (model_dir / "configs" / "small.pbtxt").write_text(custom)
+    with ServerProcess([repository], ["--model-config-name", "small"]) as server:
+        client = httpclient.InferenceServerClient(server.http_url)
+        assert client.get_model_config("simple")["max_batch_size"] == 2
+    shutil.rmtree(model_dir / "configs")
+    (model_dir / "config.pbtxt").unlink()
+    server = ServerProcess([repository], ["--strict-model-config=true"]).start(wait=None)
+    assert server.wait_exit() == 1
+    assert "no configuration file" in server.log()
+
+
+def test_bare_model_pt_is_taken_as_pytorch(tmp_path: Path) -> None:
+    repository = tmp_path / "repo"
+    config = SIMPLE_CONFIG.replace('platform: "pytorch_libtorch"', "")
+    write_model(repository, "simple", config, {1: torch.jit.script(AddSub())})
+    with ServerProcess([repository]) as server:
+        config_json = httpclient.InferenceServerClient(server.http_url).get_model_config("simple")
+        assert config_json["platform"] == "pytorch_libtorch"
+        assert config_json["backend"] == "pytorch"
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        ("", ["3"]),
+        ("version_policy: { latest: { num_versions: 2 } }", ["2", "3"]),
+        ("version_policy: { specific: { versions: [1, 3] } }", ["1", "3"]),
+        ("version_policy: { all: {} }", ["1", "2", "3"]),
+    ],
+)
+def test_version_policies(tmp_path: Path, policy: str, expected: list[str]) -> None:
+    repository = tmp_path / "repo"
+    config = SIMPLE_CONFIG + "\n" + policy
+    modules = {v: torch.jit.script(AddSub()) for v in (1, 2, 3)}
+    write_model(repository, "simple", config, modules)
+    with ServerProcess([repository]) as server:
+        metadata = httpclient.InferenceServerClient(server.http_url).get_model_metadata("simple")
+        assert metadata["versions"] == expected
+
+
+def test_several_repositories_and_duplicates(tmp_path: Path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    write_model(first, "simple", SIMPLE_CONFIG, {1: torch.jit.script(AddSub())})
+    write_model(second, "simple", SIMPLE_CONFIG, {1: torch.jit.script(AddSub())})
+    other = SIMPLE_CONFIG.replace('name: "simple"', 'name: "other"')
+    write_model(second, "other", other, {1: torch.jit.script(AddSub())})
+    server = ServerProcess([first, second], ["--exit-on-error=false"]).start(wait="live")
+    try:
+        client = httpclient.InferenceServerClient(server.http_url)
+        assert client.is_model_ready("other")
+        assert "model 'simple' appears in several repositories" in server.log()
+    finally:
+        server.stop()
