@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
 
 from ptserve.core.server import InferenceServer
 from ptserve.frontends.http.app import HttpApp
 from ptserve.frontends.http.protocol import HttpProtocol
+from ptserve.frontends.http.restrictions import Restrictions, parse_restriction
 
 DEFAULT_MAX_INPUT_SIZE = 64 * 1024 * 1024
 
@@ -16,13 +18,37 @@ async def start_http_server(
     host: str,
     port: int,
     max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
+    restrictions: Restrictions | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> asyncio.Server:
     """Listen on ``host:port``; the returned server is closed to stop accepting connections."""
-    app = HttpApp(server, max_input_size)
+    app = HttpApp(server, max_input_size, restrictions)
     loop = asyncio.get_running_loop()
     return await loop.create_server(
-        lambda: HttpProtocol(app, max_input_size), host, port, reuse_address=True, backlog=1024
+        lambda: HttpProtocol(app, max_input_size),
+        host,
+        port,
+        reuse_address=True,
+        backlog=1024,
+        ssl=ssl_context,
     )
 
 
-__all__ = ["DEFAULT_MAX_INPUT_SIZE", "HttpApp", "start_http_server"]
+def server_ssl_context(certfile: str, keyfile: str, ca_certfile: str = "") -> ssl.SSLContext:
+    """TLS for the listener; with ``ca_certfile`` clients must present a certificate it signed."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(certfile, keyfile)
+    if ca_certfile:
+        context.load_verify_locations(ca_certfile)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+__all__ = [
+    "DEFAULT_MAX_INPUT_SIZE",
+    "HttpApp",
+    "Restrictions",
+    "parse_restriction",
+    "server_ssl_context",
+    "start_http_server",
+]

@@ -11,6 +11,7 @@ from ptserve.core.errors import ServerError, invalid_arg
 from ptserve.core.server import InferenceServer
 from ptserve.frontends.http import codec, compression
 from ptserve.frontends.http.protocol import HttpRequest, HttpResponse
+from ptserve.frontends.http.restrictions import Restrictions
 
 log = logging.getLogger("ptserve.http")
 
@@ -26,9 +27,15 @@ def _error(exc: ServerError) -> HttpResponse:
 class HttpApp:
     """Maps method and path to a handler; every client mistake becomes a 4xx with a message."""
 
-    def __init__(self, server: InferenceServer, max_input_size: int) -> None:
+    def __init__(
+        self,
+        server: InferenceServer,
+        max_input_size: int,
+        restrictions: Restrictions | None = None,
+    ) -> None:
         self.server = server
         self.max_input_size = max_input_size
+        self.restrictions = restrictions or Restrictions([])
         self.routes: list[tuple[re.Pattern[str], dict[str, Route]]] = [
             (re.compile(r"/v2/health/live"), {"GET": self.health_live}),
             (re.compile(r"/v2/health/ready"), {"GET": self.health_ready}),
@@ -43,6 +50,9 @@ class HttpApp:
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:
         path = request.path.rstrip("/") or "/"
+        denial = self.restrictions.denial(path, request.headers)
+        if denial is not None:
+            return HttpResponse.error(403, denial)
         for pattern, methods in self.routes:
             match = pattern.fullmatch(path)
             if match is None:
