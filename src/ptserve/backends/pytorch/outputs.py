@@ -1,0 +1,152 @@
+"""From what a model returns to one ``OutputMap`` per request: shared by every runtime.
+
+A result may be a Tensor, a ``List[str]``, a tuple or list of those (nested lists of tensors are
+flattened in order), or a ``Dict[str, Tensor]`` keyed by output name. Positions follow
+``<name>__<index>`` when every output name has that form, else config order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ptserve.backends.pytorch.binding import bind_outputs
+from ptserve.backends.pytorch.convert import DATATYPE_OF_TORCH, TORCH_DTYPES, from_strings, to_numpy
+from ptserve.core.errors import internal
+from ptserve.core.iospec import IOSpec, ModelIO
+from ptserve.core.prepared import OutputMap, PreparedRequest
+
+
+class OutputPlan:
+    """Which result feeds which output, and how a batched result is split back per request."""
+
+    def __init__(self, model: str, io: ModelIO) -> None:
+        self.model = model
+        self.batching = io.batching
+        self.specs = {s.name: s for s in io.model_outputs}
+        positions = bind_outputs(model, [o.name for o in io.outputs])
+        self.positions = dict(zip((o.name for o in io.outputs), positions, strict=True))
+        after = max(positions, default=-1) + 1
+        for offset, spec in enumerate(io.extra_outputs):
+            self.positions[spec.name] = after + offset
+        self.expected = {name: TORCH_DTYPES.get(s.datatype.name) for name, s in self.specs.items()}
+
+    def split(self, raw: Any, requests: Sequence[PreparedRequest]) -> list[OutputMap]:
+        """The outputs each request asked for; raises ServerError for a result that does not fit."""
+        wanted: list[str] = []
+        for request in requests:
+            for name in request.outputs:
+                if name not in wanted:
+                    wanted.append(name)
+        total = sum(r.batch_size for r in requests)
+        per_output = {
+            name: self._split_one(self.specs[name], self._pick(raw, name), requests, total)
+            for name in wanted
+        }
+        return [
+            {name: per_output[name][i] for name in request.outputs}
+            for i, request in enumerate(requests)
+        ]
+
+    def _pick(self, raw: Any, name: str) -> Any:
+        if isinstance(raw, dict):
+            if name not in raw:
+                keys = ", ".join(repr(k) for k in raw) or "none"
+                raise internal(
+                    f"model '{self.model}': the model returned a dictionary without output "
+                    f"'{name}' (its keys: {keys}); a Dict result is mapped by output name"
+                )
+            return raw[name]
+        values = flatten(raw)
+        index = self.positions[name]
+        if index >= len(values):
+            raise internal(
+                f"model '{self.model}': output '{name}' is result {index} of the model, but "
+                f"the model returned {len(values)} result(s)"
+            )
+        return values[index]
+
+    def _split_one(
+        self, spec: IOSpec, value: Any, requests: Sequence[PreparedRequest], total: int
+    ) -> list[np.ndarray]:
+        if _is_strings(value):
+            return self._split_strings(spec, value, requests, total)
+        name = spec.name
+        if not isinstance(value, torch.Tensor):
+            raise internal(
+                f"model '{self.model}': output '{name}' is a {type(value).__name__}; outputs "
+                "must be Tensors or List[str]"
+            )
+        if value.dim() == 0:
+            raise internal(
+                f"model '{self.model}': output '{name}' is a scalar (0-d) tensor; outputs need "
+                "at least one dimension"
+            )
+        if value.dtype != self.expected[name]:
+            provided = DATATYPE_OF_TORCH.get(value.dtype)
+            provided_name = provided.config_name if provided else str(value.dtype)
+            raise internal(
+                f"configuration expects datatype {spec.datatype.config_name} for output "
+                f"'{name}', model provides {provided_name}"
+            )
+        array = to_numpy(value.detach())
+        if not self.batching:
+            return [array]
+        if array.shape[0] != total:
+            raise internal(
+                f"model '{self.model}': output '{name}' has batch dimension {array.shape[0]}, "
+                f"but the batch holds {total} request row(s)"
+            )
+        parts: list[np.ndarray] = []
+        offset = 0
+        for request in requests:
+            parts.append(array[offset : offset + request.batch_size])
+            offset += request.batch_size
+        return parts
+
+    def _split_strings(
+        self, spec: IOSpec, value: list[str], requests: Sequence[PreparedRequest], total: int
+    ) -> list[np.ndarray]:
+        """Each request gets the strings at its own offset (the original gave all the first)."""
+        name = spec.name
+        if not spec.datatype.is_bytes:
+            raise internal(
+                f"configuration expects datatype {spec.datatype.config_name} for output "
+                f"'{name}', model provides List[str] (TYPE_STRING)"
+            )
+        array = from_strings(value)
+        if not self.batching:
+            return [array]
+        if len(value) % total:
+            raise internal(
+                f"model '{self.model}': output '{name}' has {len(value)} strings, which do not "
+                f"divide among the batch of {total}"
+            )
+        per_row = len(value) // total
+        parts: list[np.ndarray] = []
+        offset = 0
+        for request in requests:
+            count = request.batch_size * per_row
+            shape = (request.batch_size,) if spec.reshape == () else (request.batch_size, per_row)
+            parts.append(array[offset : offset + count].reshape(shape))
+            offset += count
+        return parts
+
+
+def flatten(raw: Any) -> list[Any]:
+    """Results in order: tuples and lists of tensors are opened, ``List[str]`` stays whole."""
+    if isinstance(raw, torch.Tensor) or _is_strings(raw):
+        return [raw]
+    if isinstance(raw, (tuple, list)):
+        flat: list[Any] = []
+        for item in raw:
+            flat.extend(flatten(item))
+        return flat
+    return [raw]
+
+
+def _is_strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)

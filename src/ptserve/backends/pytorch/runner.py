@@ -1,0 +1,253 @@
+"""Running one batch on a loaded model: the part every runtime shares.
+
+Per request: strings decoded (a bad one fails only its request). Per batch: requests grouped by
+which optional inputs they carry, inputs concatenated and moved to the instance's device, the
+model called under the model's settings on the instance's stream, results split per request.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ptserve.backends.base import BackendInstance, BatchResult, ExecutionTimes
+from ptserve.backends.pytorch.binding import InputBinding
+from ptserve.backends.pytorch.convert import to_strings, to_torch
+from ptserve.backends.pytorch.devices import Placement, clean_cache, stream_scope
+from ptserve.backends.pytorch.outputs import OutputPlan
+from ptserve.backends.pytorch.settings import POOLS, Settings
+from ptserve.core.errors import ServerError, internal, invalid_arg
+from ptserve.core.iospec import IOSpec, ModelIO
+from ptserve.core.prepared import OutputMap, PreparedRequest
+
+log = logging.getLogger("ptserve.backends.pytorch")
+
+ModelCall = Callable[..., Any]
+
+# The first use of torch.compile, torch.export or AOTInductor imports dynamo and inductor; from
+# several loader threads at once that import fails half-initialised, so those loads (and the
+# compiling warm-up) run one model at a time.
+COMPILE_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True, slots=True)
+class RunPlan:
+    """Everything decided at load about calling one model: shared by its instances."""
+
+    model: str
+    io: ModelIO
+    settings: Settings
+    binding: InputBinding
+    outputs: OutputPlan
+    thread_default: int | None = None  # intra-op threads when no model set a process-wide size
+
+
+def check_string_shapes(model: str, io: ModelIO) -> None:
+    """PyTorch strings are ``List[str]``: one-dimensional only, as the original requires."""
+    for spec in io.model_inputs + io.model_outputs:
+        if spec.datatype.is_bytes:
+            shape = spec.reshape if spec.reshape is not None else spec.dims
+            if len(shape) > 1:
+                raise invalid_arg(
+                    f"model '{model}': '{spec.name}' is a string tensor with shape "
+                    f"{list(shape)}; PyTorch string tensors (List[str]) must be one-dimensional "
+                    "(with batching, use dims [1] and reshape: { shape: [] })"
+                )
+
+
+class TorchInstance(BackendInstance):
+    """A callable model on a placement, run by one worker thread."""
+
+    def __init__(self, plan: RunPlan, name: str, placement: Placement, call: ModelCall) -> None:
+        self.plan = plan
+        self.name = name
+        self.placement = placement
+        self.call = call
+        self.io = plan.io
+        self.settings = plan.settings
+        self.binding = plan.binding
+        self.input_specs: dict[str, IOSpec] = {s.name: s for s in plan.io.model_inputs}
+        self.device = placement.input_device
+        self._move = self.device.type != "cpu"
+        log.info("model instance '%s' of '%s': %s", name, plan.model, placement.describe())
+
+    def execute(self, batch: Sequence[PreparedRequest]) -> BatchResult:
+        POOLS.enter_worker(self.plan.thread_default)
+        times = ExecutionTimes()
+        start = time.perf_counter_ns()
+        results: list[OutputMap | ServerError] = [{} for _ in batch]
+        groups: dict[frozenset[str], list[tuple[int, dict[str, Any]]]] = {}
+        for index, request in enumerate(batch):
+            try:
+                converted = self._request_inputs(request)
+            except ServerError as exc:
+                results[index] = exc
+                continue
+            groups.setdefault(frozenset(converted), []).append((index, converted))
+        times.compute_input_ns = time.perf_counter_ns() - start
+        # Requests that leave out different optional inputs cannot share one call.
+        for members in groups.values():
+            self._run_group(batch, members, results, times)
+        return BatchResult(results, times)
+
+    def _run_group(
+        self,
+        batch: Sequence[PreparedRequest],
+        members: list[tuple[int, dict[str, Any]]],
+        results: list[OutputMap | ServerError],
+        times: ExecutionTimes,
+    ) -> None:
+        indices = [index for index, _ in members]
+        requests = [batch[i] for i in indices]
+        start = time.perf_counter_ns()
+        try:
+            with stream_scope(self.placement):
+                args = self._arguments(self._gather([inputs for _, inputs in members]))
+                infer_start = time.perf_counter_ns()
+                times.compute_input_ns += infer_start - start
+                try:
+                    with self.settings.execution_scope():
+                        raw = self.call(*args)
+                except Exception as exc:
+                    raise internal(f"PyTorch execute failure: {_describe(exc)}") from None
+                output_start = time.perf_counter_ns()
+                times.compute_infer_ns += output_start - infer_start
+                split = self.plan.outputs.split(raw, requests)
+                del raw, args
+            for i, outputs in zip(indices, split, strict=True):
+                results[i] = outputs
+            times.compute_output_ns += time.perf_counter_ns() - output_start
+        except ServerError as exc:
+            for i in indices:
+                results[i] = exc
+        except Exception as exc:  # CUDA errors may surface while reading results back
+            error = internal(f"PyTorch execute failure: {_describe(exc)}")
+            for i in indices:
+                results[i] = error
+        finally:
+            if self.settings.cache_cleaning:
+                clean_cache(self.placement)
+
+    def _request_inputs(self, request: PreparedRequest) -> dict[str, Any]:
+        """Per request: numpy arrays, or ``List[str]`` for strings (bad strings fail only here)."""
+        converted: dict[str, Any] = {}
+        for name, array in request.inputs.items():
+            spec = self.input_specs[name]
+            if spec.datatype.is_bytes:
+                converted[name] = to_strings(array, f"input '{name}'")
+            else:
+                converted[name] = array
+        return converted
+
+    def _gather(self, requests: list[dict[str, Any]]) -> dict[str, Any]:
+        """Each input of the batch as one tensor (or list of strings); None when left out."""
+        gathered: dict[str, Any] = {}
+        for name in self.binding.order:
+            spec = self.input_specs[name]
+            if name not in requests[0]:
+                gathered[name] = None
+                continue
+            parts = [r[name] for r in requests]
+            if spec.datatype.is_bytes:
+                strings: list[str] = []
+                for part in parts:
+                    strings.extend(part)
+                gathered[name] = strings
+                continue
+            if spec.allow_ragged_batch and self.io.batching:
+                # Ragged inputs reach the model flattened: the requests' elements end to end.
+                parts = [part.reshape(-1) for part in parts]
+            array = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+            tensor = to_torch(array, spec.datatype)
+            if self._move:
+                tensor = tensor.to(self.device, non_blocking=True)
+            gathered[name] = tensor
+        return gathered
+
+    def _arguments(self, gathered: dict[str, Any]) -> list[Any]:
+        if self.binding.dictionary:
+            return [{k: v for k, v in gathered.items() if v is not None}]
+        args: list[Any] = []
+        for slot in self.binding.slots:
+            if slot.packing == "list":
+                args.append([gathered[name] for name in slot.names])
+            elif slot.packing == "tuple":
+                args.append(tuple(gathered[name] for name in slot.names))
+            else:
+                args.append(gathered[slot.names[0]])
+        return args
+
+    def warm_up(self) -> None:
+        """Run zeros through the model at load, so compilation never waits on a user request.
+
+        Batch size 1 first, then a larger batch with variable dimensions at 2: torch.compile
+        then holds a graph for size 1 and a dynamic one for the rest.
+        """
+        shapes = [(1, 1)]
+        if self.io.max_batch_size > 1 or any(
+            -1 in (s.reshape if s.reshape is not None else s.dims) for s in self.io.model_inputs
+        ):
+            shapes.append((min(max(self.io.max_batch_size, 1), 2), 2))
+        started = time.monotonic()
+        for batch_size, variable in shapes:
+            request = _zeros_request(self.io, batch_size, variable)
+            result = self.execute([request]).results[0]
+            if isinstance(result, ServerError):
+                log.warning(
+                    "model instance '%s': warm-up with zero inputs failed (%s); compilation "
+                    "will happen on the first request instead",
+                    self.name,
+                    result.message,
+                )
+                return
+        log.info(
+            "model instance '%s': warmed up (compiled) in %.2f s",
+            self.name,
+            time.monotonic() - started,
+        )
+
+
+def _zeros_request(io: ModelIO, batch_size: int, variable: int) -> PreparedRequest:
+    inputs: dict[str, np.ndarray] = {}
+    for spec in io.inputs:
+        dims = spec.reshape if spec.reshape is not None else spec.dims
+        shape = ([batch_size] if io.batching else []) + [variable if d < 0 else d for d in dims]
+        if spec.datatype.is_bytes:
+            array = np.empty(shape, dtype=object)
+            array.fill(b"0")
+        else:
+            array = np.zeros(shape, dtype=spec.datatype.numpy)
+        inputs[spec.name] = array
+    outputs = tuple(o.name for o in io.outputs)
+    size = batch_size if io.batching else 1
+    return PreparedRequest("warm-up", inputs, size, outputs)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    # TorchScript errors carry a traceback of the scripted code; the last line is the reason.
+    return lines[-1].strip() if len(lines) > 1 else lines[0]
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def sample_device(module: torch.nn.Module) -> torch.device | None:
+    """The device of a module's first parameter (or buffer), None when it has neither."""
+    for parameter in module.parameters():
+        return parameter.device
+    for buffer in module.buffers():
+        return buffer.device
+    return None

@@ -1,0 +1,253 @@
+"""The backend's parameters: parsed once at load, logged, and applied around each execution.
+
+Some torch settings are process-wide (thread pools, executor modes, cuDNN). Thread pools are
+claimed by the first model that sets them; a later model asking for a different size gets a
+warning. Executor modes and cuDNN are switched for the duration of each execution and restored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ptserve.backends.pytorch import params
+from ptserve.config.parse import ModelConfig
+from ptserve.core.errors import invalid_arg
+
+log = logging.getLogger("ptserve.backends.pytorch")
+
+COMPILE_KEYS = ("fullgraph", "dynamic", "backend", "mode", "options", "disable")
+METHOD_PARAMETER = "MODEL_METHOD"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Every backend parameter of one model, with the defaults of the original backend."""
+
+    inference_mode: bool = True
+    disable_optimized_execution: bool = False
+    disable_cudnn: bool = False
+    weight_sharing: bool = False
+    cache_cleaning: bool = False
+    intra_op_threads: int | None = None
+    inter_op_threads: int | None = None
+    jit_executor: bool | None = None
+    jit_profiling: bool | None = None
+    tensor_fuser: bool | None = None
+    compile_options: dict[str, Any] = field(default_factory=dict)
+    method: str = "forward"
+
+    @classmethod
+    def from_config(cls, config: ModelConfig) -> Settings:
+        """Parse every parameter; a bad value fails the load with the original's message."""
+        return cls(
+            inference_mode=params.bool_param(config, "INFERENCE_MODE", True),
+            disable_optimized_execution=params.bool_param(
+                config, "DISABLE_OPTIMIZED_EXECUTION", False
+            ),
+            disable_cudnn=params.bool_param(config, "DISABLE_CUDNN", False),
+            weight_sharing=params.bool_param(config, "ENABLE_WEIGHT_SHARING", False),
+            cache_cleaning=params.bool_param(config, "ENABLE_CACHE_CLEANING", False),
+            intra_op_threads=_thread_count(config, "INTRA_OP_THREAD_COUNT", "NUM_THREADS"),
+            inter_op_threads=_thread_count(config, "INTER_OP_THREAD_COUNT", "NUM_INTEROP_THREADS"),
+            jit_executor=params.optional_bool_param(config, "ENABLE_JIT_EXECUTOR"),
+            jit_profiling=params.optional_bool_param(config, "ENABLE_JIT_PROFILING"),
+            tensor_fuser=params.optional_bool_param(config, "ENABLE_TENSOR_FUSER"),
+            compile_options=_compile_options(config),
+            method=_method(config),
+        )
+
+    def log_settings(self, model: str) -> None:
+        """One line per setting, worded as the original so operators can grep for them."""
+        where = f"for model instance '{model}'"
+        optimized = _state(not self.disable_optimized_execution)
+        log.info("Optimized execution is %s %s", optimized, where)
+        log.info("Cache Cleaning is %s %s", _state(self.cache_cleaning), where)
+        log.info("Inference Mode is %s %s", _state(self.inference_mode), where)
+        log.info("cuDNN is %s %s", _state(not self.disable_cudnn), where)
+        log.info("Weight sharing is %s %s", _state(self.weight_sharing), where)
+        if self.tensor_fuser is not None:
+            log.info("Tensor fuser is %s %s", _state(self.tensor_fuser), where)
+        if self.jit_executor is not None:
+            log.info("Jit Executor is %s %s", _state(self.jit_executor), where)
+        if self.jit_profiling is not None:
+            log.info("Jit Profiling is %s %s", _state(self.jit_profiling), where)
+        if self.intra_op_threads is not None:
+            log.info("Intra op thread count is set to %d %s", self.intra_op_threads, where)
+        if self.inter_op_threads is not None:
+            log.info("Inter op thread count is set to %d %s", self.inter_op_threads, where)
+        if self.method != "forward":
+            log.info("Method '%s' is called instead of forward %s", self.method, where)
+
+    @contextlib.contextmanager
+    def execution_scope(self) -> Iterator[None]:
+        """Grad mode, executor modes and cuDNN as this model wants them, restored afterwards."""
+        with contextlib.ExitStack() as stack:
+            if self.inference_mode:
+                stack.enter_context(torch.inference_mode())
+            else:
+                stack.enter_context(torch.no_grad())
+            optimize = not self.disable_optimized_execution
+            previous_optimize = torch._C._get_graph_executor_optimize()
+            if previous_optimize != optimize:
+                torch._C._set_graph_executor_optimize(optimize)
+                stack.callback(torch._C._set_graph_executor_optimize, previous_optimize)
+            if self.jit_executor is not None:
+                old = torch._C._jit_set_profiling_executor(self.jit_executor)
+                stack.callback(torch._C._jit_set_profiling_executor, old)
+            if self.jit_profiling is not None:
+                old = torch._C._jit_set_profiling_mode(self.jit_profiling)
+                stack.callback(torch._C._jit_set_profiling_mode, old)
+            if self.tensor_fuser is not None:
+                old = torch._C._jit_texpr_fuser_enabled()
+                torch._C._jit_set_texpr_fuser_enabled(self.tensor_fuser)
+                stack.callback(torch._C._jit_set_texpr_fuser_enabled, old)
+            cudnn = not self.disable_cudnn
+            if torch.backends.cudnn.enabled != cudnn:
+                previous_cudnn = torch.backends.cudnn.enabled
+                torch.backends.cudnn.enabled = cudnn
+                stack.callback(setattr, torch.backends.cudnn, "enabled", previous_cudnn)
+            yield
+
+
+class ThreadPools:
+    """Torch's two thread pools: process-wide, so the first model to size one decides it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.initial_intra = torch.get_num_threads()
+        self.intra: tuple[int, str] | None = None
+        self.inter: tuple[int, str] | None = None
+        self._local = threading.local()
+
+    def claim(self, model: str, settings: Settings) -> None:
+        """Apply a model's explicit pool sizes, or warn that an earlier model's size stays."""
+        with self._lock:
+            if settings.intra_op_threads is not None:
+                self.intra = self._claim_one("intra", self.intra, model, settings.intra_op_threads)
+            if settings.inter_op_threads is not None:
+                self.inter = self._claim_one("inter", self.inter, model, settings.inter_op_threads)
+
+    def _claim_one(
+        self, pool: str, current: tuple[int, str] | None, model: str, wanted: int
+    ) -> tuple[int, str] | None:
+        if current is not None:
+            if current[0] != wanted:
+                log.warning(
+                    "model '%s' asks for %s-op thread count %d, but the %s-op pool is "
+                    "process-wide and was already set to %d by model '%s'; keeping %d",
+                    model,
+                    pool,
+                    wanted,
+                    pool,
+                    current[0],
+                    current[1],
+                    current[0],
+                )
+            return current
+        if pool == "intra":
+            torch.set_num_threads(wanted)
+            return (wanted, model)
+        try:
+            torch.set_num_interop_threads(wanted)
+        except RuntimeError as exc:
+            log.warning(
+                "model '%s' asks for inter-op thread count %d, but torch refused (%s); the "
+                "inter-op pool keeps %d threads",
+                model,
+                wanted,
+                str(exc).strip().splitlines()[0],
+                torch.get_num_interop_threads(),
+            )
+            return (torch.get_num_interop_threads(), "torch")
+        return (wanted, model)
+
+    def enter_worker(self, runtime_default: int | None) -> None:
+        """Size the intra-op pool of the calling worker thread (once per thread).
+
+        OpenMP keeps the size per thread, so each instance thread applies the process-wide
+        value if a model set one, else its runtime's default (1 for the Python runtime).
+        """
+        if getattr(self._local, "ready", False):
+            return
+        self._local.ready = True
+        if self.intra is not None:
+            wanted = self.intra[0]
+        elif runtime_default is not None:
+            wanted = runtime_default
+        else:
+            wanted = self.initial_intra
+        if torch.get_num_threads() != wanted:
+            torch.set_num_threads(wanted)
+
+
+POOLS = ThreadPools()
+
+
+def _state(enabled: bool) -> str:
+    return "enabled" if enabled else "disabled"
+
+
+def _thread_count(config: ModelConfig, key: str, alias: str) -> int | None:
+    values = {k: params.int_param(config, k) for k in (key, alias)}
+    given = {k: v for k, v in values.items() if v is not None}
+    for k, v in given.items():
+        if v < 1:
+            raise invalid_arg(f"model '{config.name}': parameter {k} must be at least 1, got {v}")
+    if len(set(given.values())) > 1:
+        raise invalid_arg(
+            f"model '{config.name}': parameters {key} ({given[key]}) and {alias} "
+            f"({given[alias]}) size the same thread pool; set only one"
+        )
+    return next(iter(given.values()), None)
+
+
+def _compile_options(config: ModelConfig) -> dict[str, Any]:
+    key = "TORCH_COMPILE_OPTIONAL_PARAMETERS"
+    text = params.string_param(config, key)
+    if text is None or not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise invalid_arg(
+            f"model '{config.name}': parameter {key} is not valid JSON ({exc.msg} at "
+            f"position {exc.pos}): {text!r}"
+        ) from None
+    if not isinstance(value, dict):
+        raise invalid_arg(
+            f"model '{config.name}': parameter {key} must be a JSON object of torch.compile "
+            f"arguments, got {type(value).__name__}"
+        )
+    if "model" in value:
+        raise invalid_arg(
+            f"model '{config.name}': parameter {key} must not contain 'model': the backend "
+            "passes the module from model.py to torch.compile itself"
+        )
+    unknown = sorted(set(value) - set(COMPILE_KEYS))
+    if unknown:
+        raise invalid_arg(
+            f"model '{config.name}': parameter {key} has unknown key(s) {', '.join(unknown)}; "
+            f"allowed: {', '.join(COMPILE_KEYS)}"
+        )
+    return value
+
+
+def _method(config: ModelConfig) -> str:
+    value = params.string_param(config, METHOD_PARAMETER)
+    if value is None or not value.strip():
+        return "forward"
+    method = value.strip()
+    if not method.isidentifier():
+        raise invalid_arg(
+            f"model '{config.name}': parameter {METHOD_PARAMETER} must name a method of the "
+            f"model, got {value!r}"
+        )
+    return method
