@@ -42,6 +42,22 @@ class Fails(nn.Module):
         return INPUT0 * 2
 
 
+class RowSums(nn.Module):
+    """Sums the last dimension: with reshape [2, 2] it sees pairs that the client sent flat."""
+
+    def forward(self, INPUT0: torch.Tensor) -> torch.Tensor:
+        return INPUT0.sum(-1)
+
+
+RESHAPE_CONFIG = """
+    name: "reshaped"
+    platform: "pytorch_libtorch"
+    max_batch_size: 4
+    input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] reshape: { shape: [ 2, 2 ] } } ]
+    output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 2, 1 ] reshape: { shape: [ 2 ] } } ]
+"""
+
+
 def identity_config(name: str, config_type: str, max_batch_size: int, dims: str) -> str:
     return f"""
         name: "{name}"
@@ -82,4 +98,5 @@ def write_identity_models(repository: Path) -> list[str]:
         identity_config("fails", "TYPE_FP32", 8, "4"),
         {1: torch.jit.script(Fails())},
     )
-    return [*names, "identity_bytes", "fails"]
+    write_model(repository, "reshaped", RESHAPE_CONFIG, {1: torch.jit.script(RowSums())})
+    return [*names, "identity_bytes", "fails", "reshaped"]

@@ -11,8 +11,18 @@ from pathlib import Path
 from typing import Any
 
 from ptserve import __version__, logging_setup
+from ptserve.core.control import CONTROL_MODES
+from ptserve.core.errors import ServerError
 from ptserve.core.server import InferenceServer, ServerOptions
-from ptserve.frontends.http import DEFAULT_MAX_INPUT_SIZE, start_http_server
+from ptserve.frontends.grpc import start_grpc_server
+from ptserve.frontends.http import (
+    DEFAULT_MAX_INPUT_SIZE,
+    Restrictions,
+    parse_restriction,
+    server_ssl_context,
+    start_http_server,
+)
+from ptserve.metrics import Metrics, MetricsConfig, start_metrics_server
 
 log = logging.getLogger("ptserve.cli")
 
@@ -27,14 +37,61 @@ def _bool(value: str) -> bool:
 
 
 def _backend_config(value: str) -> tuple[str, str, str]:
+    """``<backend>,<key>=<value>``, or ``<key>=<value>``: a default for every backend."""
     backend, sep, setting = value.partition(",")
+    if not sep and "=" in value:
+        backend, setting = "", value
     key, eq, item = setting.partition("=")
-    if not sep or not eq or not backend or not key:
+    if not eq or not key or (sep and not backend):
         raise argparse.ArgumentTypeError(
-            "expected <backend>,<key>=<value> (e.g. pytorch,INTRA_OP_THREAD_COUNT=4), "
-            f"got '{value}'"
+            "expected <backend>,<key>=<value> (e.g. pytorch,INTRA_OP_THREAD_COUNT=4) or "
+            f"<key>=<value> for every backend, got '{value}'"
         )
     return backend, key, item
+
+
+_TRACE_KEYS = {
+    "file": "trace_file",
+    "level": "trace_level",
+    "rate": "trace_rate",
+    "count": "trace_count",
+    "log-frequency": "log_frequency",
+    "log_frequency": "log_frequency",
+    "mode": "trace_mode",
+}
+
+
+def _trace_config(value: str) -> tuple[str, str]:
+    """``[<mode>,]<key>=<value>`` of ``--trace-config`` → (trace setting, value)."""
+    mode, sep, setting = value.partition(",")
+    if not sep:
+        mode, setting = "", value
+    key, eq, item = setting.partition("=")
+    name = _TRACE_KEYS.get(key.strip())
+    if not eq or name is None or mode not in ("", "triton", "opentelemetry"):
+        raise argparse.ArgumentTypeError(
+            f"expected [triton,]<key>=<value> with key one of {', '.join(sorted(_TRACE_KEYS))}, "
+            f"got '{value}'"
+        )
+    return name, item.strip()
+
+
+def _restriction(value: str) -> Any:
+    try:
+        return parse_restriction(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _http_ssl(args: argparse.Namespace) -> Any:
+    if not (args.http_use_ssl or args.http_use_ssl_mutual):
+        return None
+    if not args.http_server_cert or not args.http_server_key:
+        raise SystemExit("--http-use-ssl needs --http-server-cert and --http-server-key")
+    if args.http_use_ssl_mutual and not args.http_root_cert:
+        raise SystemExit("--http-use-ssl-mutual needs --http-root-cert")
+    root = args.http_root_cert if args.http_use_ssl_mutual else ""
+    return server_ssl_context(args.http_server_cert, args.http_server_key, root)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,6 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
     server = parser.add_argument_group("Server")
     server.add_argument("--id", default="ptserve", help="identifier of this server")
     server.add_argument(
+        "--allow-client-shm",
+        default=False,
+        **bool_flag,
+        help="let clients register system shared memory regions for tensors (default false)",
+    )
+    server.add_argument(
         "--exit-timeout-secs",
         type=int,
         default=30,
@@ -62,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--log-error", default=True, **bool_flag, help="log errors")
     logs.add_argument("--log-format", choices=["default", "ISO8601"], default="default")
 
-    models = parser.add_argument_group("Model repository")
+    models = parser.add_argument_group("Model Repository")
     models.add_argument(
         "--model-repository",
         "--model-store",
@@ -71,6 +134,26 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         dest="model_repository",
         help="path of a model repository (repeatable)",
+    )
+    models.add_argument(
+        "--model-control-mode",
+        choices=CONTROL_MODES,
+        default="none",
+        help="none: load every model at start; poll: also apply repository changes; "
+        "explicit: load --load-model at start, then only what the repository API asks",
+    )
+    models.add_argument(
+        "--load-model",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a model to load at start in explicit mode (repeatable; '*' loads all)",
+    )
+    models.add_argument(
+        "--repository-poll-secs",
+        type=float,
+        default=15.0,
+        help="seconds between repository scans in poll mode (default 15)",
     )
     models.add_argument(
         "--strict-model-config",
@@ -100,13 +183,15 @@ def build_parser() -> argparse.ArgumentParser:
         **bool_flag,
         help="ready only when every model is ready (default true)",
     )
-    models.add_argument(
+    backends = parser.add_argument_group("Backend")
+    backends.add_argument(
         "--backend-config",
         action="append",
         type=_backend_config,
         default=[],
-        metavar="BACKEND,KEY=VALUE",
-        help="a backend setting, e.g. pytorch,INTRA_OP_THREAD_COUNT=4",
+        metavar="[BACKEND,]KEY=VALUE",
+        help="a backend setting, e.g. pytorch,INTRA_OP_THREAD_COUNT=4; without a backend "
+        "name, a default for every backend",
     )
 
     http = parser.add_argument_group("HTTP")
@@ -119,6 +204,24 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_MAX_INPUT_SIZE,
         help="largest request body accepted, after decompression (bytes, default 64 MB)",
     )
+    http.add_argument(
+        "--http-restricted-api",
+        action="append",
+        type=_restriction,
+        default=[],
+        metavar="API[,API...]:HEADER=VALUE",
+        help="answer 403 for these API groups unless HEADER equals VALUE (repeatable)",
+    )
+    http.add_argument("--http-use-ssl", default=False, **bool_flag, help="serve HTTPS")
+    http.add_argument("--http-server-cert", default="", help="PEM certificate for HTTPS")
+    http.add_argument("--http-server-key", default="", help="PEM private key for HTTPS")
+    http.add_argument("--http-root-cert", default="", help="PEM CA that signs client certs")
+    http.add_argument(
+        "--http-use-ssl-mutual",
+        default=False,
+        **bool_flag,
+        help="require client certificates signed by --http-root-cert",
+    )
 
     grpc = parser.add_argument_group("GRPC")
     grpc.add_argument("--allow-grpc", default=True, **bool_flag)
@@ -129,6 +232,27 @@ def build_parser() -> argparse.ArgumentParser:
     metrics.add_argument("--allow-metrics", default=True, **bool_flag)
     metrics.add_argument("--metrics-port", type=int, default=8002)
     metrics.add_argument("--metrics-address", default="0.0.0.0")
+    metrics.add_argument(
+        "--metrics-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="counter_latencies, summary_latencies, summary_quantiles=<q>:<err>,..., "
+        "histogram_latencies (repeatable)",
+    )
+    metrics.add_argument("--allow-cpu-metrics", default=True, **bool_flag)
+    metrics.add_argument("--allow-gpu-metrics", default=True, **bool_flag)
+
+    tracing = parser.add_argument_group("Tracing")
+    tracing.add_argument(
+        "--trace-config",
+        action="append",
+        type=_trace_config,
+        default=[],
+        metavar="[MODE,]KEY=VALUE",
+        help="initial trace settings: file=<path>, level=OFF|TIMESTAMPS, rate=<n>, count=<n>, "
+        "log-frequency=<n>, mode=triton (repeatable)",
+    )
     return parser
 
 
@@ -144,6 +268,10 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         strict_readiness=bool(args.strict_readiness),
         backend_config=backend_config,
         server_id=args.id,
+        allow_client_shm=bool(args.allow_client_shm),
+        model_control_mode=args.model_control_mode,
+        load_models=list(args.load_model),
+        repository_poll_secs=args.repository_poll_secs,
     )
 
 
@@ -177,6 +305,18 @@ async def serve(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
 
     server = InferenceServer(options_from_args(args))
+    if args.trace_config:
+        levels = [v for k, v in args.trace_config if k == "trace_level"]
+        changes: dict[str, Any] = {k: v for k, v in args.trace_config if k != "trace_level"}
+        if levels:
+            changes["trace_level"] = levels
+        try:
+            server.update_trace_settings(changes)
+        except ServerError as exc:
+            log.error("--trace-config: %s", exc.message)
+            return 2
+    # Made before the models load, so that their latencies are observed from the start.
+    metrics = Metrics(server, args.metrics_settings) if args.allow_metrics else None
     failures = await server.start()
     log.info("\n%s", _status_table(server))
     if failures and server.options.exit_on_error:
@@ -189,23 +329,72 @@ async def serve(args: argparse.Namespace) -> int:
 
     listeners: list[asyncio.Server] = []
     if args.allow_http:
+        try:
+            restrictions = Restrictions(list(args.http_restricted_api))
+        except ValueError as exc:
+            log.error("--http-restricted-api: %s", exc)
+            await server.shutdown(args.exit_timeout_secs)
+            return 2
         http = await start_http_server(
-            server, args.http_address, args.http_port, args.http_max_input_size
+            server,
+            args.http_address,
+            args.http_port,
+            args.http_max_input_size,
+            restrictions,
+            _http_ssl(args),
         )
         listeners.append(http)
         log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)
+    grpc_server: Any = None
+    if args.allow_grpc:
+        try:
+            grpc_server = await start_grpc_server(server, args.grpc_address, args.grpc_port)
+        except OSError as exc:
+            log.error("%s", exc)
+            for listener in listeners:
+                listener.close()
+            await server.shutdown(args.exit_timeout_secs)
+            return 1
+        log.info("Started GRPCInferenceService at %s:%d", args.grpc_address, args.grpc_port)
+    if metrics is not None:
+        listeners.append(
+            await start_metrics_server(metrics, args.metrics_address, args.metrics_port)
+        )
+        log.info("Started Metrics Service at %s:%d", args.metrics_address, args.metrics_port)
     await stop.wait()
-    log.info("shutting down")
+    # Readiness turns false and new requests are refused at once; the listeners stay open so
+    # that requests in flight get their answers and load balancers see the server draining.
+    log.info("shutting down: waiting up to %d s for requests in flight", args.exit_timeout_secs)
+    await server.shutdown(args.exit_timeout_secs)
     for listener in listeners:
         listener.close()
-    await server.shutdown(args.exit_timeout_secs)
+    if grpc_server is not None:
+        # In-flight calls have their results by now; open streams get a moment, then end.
+        await grpc_server.stop(1.0)
     log.info("stopped")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging_setup.configure(args.log_verbose, args.log_format, bool(args.log_info))
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.load_model and args.model_control_mode != "explicit":
+        parser.error("--load-model is only allowed with --model-control-mode=explicit")
+    if args.repository_poll_secs <= 0:
+        parser.error("--repository-poll-secs must be > 0")
+    try:
+        args.metrics_settings = MetricsConfig.parse(args.metrics_config)
+    except ValueError as exc:
+        parser.error(f"--metrics-config: {exc}")
+    args.metrics_settings.cpu_metrics = bool(args.allow_cpu_metrics)
+    args.metrics_settings.gpu_metrics = bool(args.allow_gpu_metrics)
+    logging_setup.configure(
+        args.log_verbose,
+        args.log_format,
+        bool(args.log_info),
+        bool(args.log_warning),
+        bool(args.log_error),
+    )
     try:
         import uvloop
 

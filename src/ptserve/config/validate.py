@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ptserve.config.batching import check_batchers
 from ptserve.config.parse import ModelConfig
 from ptserve.core import datatypes
 from ptserve.core.errors import invalid_arg
@@ -72,6 +73,7 @@ def validate_config(config: ModelConfig) -> None:
                     f"{prefix}: dynamic_batching.preferred_batch_size {size} must be between 1 "
                     f"and max_batch_size {config.max_batch_size}"
                 )
+    check_batchers(config, prefix)
 
 
 def _type_name(value: int) -> str:

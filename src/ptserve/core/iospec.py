@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from ptserve.config.parse import ModelConfig
 from ptserve.core import datatypes
 from ptserve.core.datatypes import DataType
+from ptserve.core.sequence_io import SequenceIO, sequence_io
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +38,7 @@ class ModelIO:
     # control inputs and implicit state. Schedulers fill them into PreparedRequest.inputs.
     extra_inputs: tuple[IOSpec, ...] = ()
     extra_outputs: tuple[IOSpec, ...] = ()
+    sequence: SequenceIO | None = None  # the control and state plan of a sequence model
 
     @property
     def batching(self) -> bool:
@@ -88,7 +90,22 @@ def model_io(config: ModelConfig) -> ModelIO:
         )
         for io in config.output
     )
-    return ModelIO(config.max_batch_size, inputs, outputs)
+    sequence = sequence_io(config)
+    extra_inputs: tuple[IOSpec, ...] = ()
+    extra_outputs: tuple[IOSpec, ...] = ()
+    if sequence is not None:
+        extra_inputs = tuple(
+            IOSpec(name=c.name, datatype=c.datatype, dims=(1,), reshape=None)
+            for c in sequence.controls
+        ) + tuple(
+            IOSpec(name=s.input_name, datatype=s.datatype, dims=s.dims, reshape=None)
+            for s in sequence.states
+        )
+        extra_outputs = tuple(
+            IOSpec(name=s.output_name, datatype=s.datatype, dims=s.dims, reshape=None)
+            for s in sequence.states
+        )
+    return ModelIO(config.max_batch_size, inputs, outputs, extra_inputs, extra_outputs, sequence)
 
 
 def _enum_name(value: int) -> str:

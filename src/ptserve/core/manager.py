@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,7 +16,8 @@ from ptserve.config.parse import ModelConfig
 from ptserve.core.errors import ServerError, invalid_arg, not_found, unavailable
 from ptserve.core.inference import load_labels
 from ptserve.core.iospec import model_io
-from ptserve.core.model import Model, ModelVersion, State
+from ptserve.core.model import UNLOADED, Model, ModelVersion, State
+from ptserve.core.warmup import warmup_requests
 from ptserve.repository import available_versions, select_versions
 
 log = logging.getLogger("ptserve.manager")
@@ -36,7 +39,9 @@ class ModelManager:
         self.backends = backends
         self.options = options
         self.models: dict[str, Model] = {}
+        self.on_version: Callable[[ModelVersion], None] | None = None  # e.g. metrics hooks
         self._lock = threading.Lock()
+        self._model_locks: dict[str, threading.Lock] = {}
 
     def backend_for(self, config: ModelConfig, model_dir: Path) -> Backend:
         for backend in self.backends:
@@ -44,11 +49,17 @@ class ModelManager:
                 return backend
         raise unsupported_model(config, model_dir.name)
 
-    def read_config(self, name: str, model_dir: Path) -> tuple[ModelConfig, Backend]:
-        """Parse, auto-complete and validate a model's config."""
-        config = load_config(
-            model_dir, self.options.model_config_name, required=self.options.strict_model_config
-        )
+    def read_config(
+        self, name: str, model_dir: Path, override: ModelConfig | None = None
+    ) -> tuple[ModelConfig, Backend]:
+        """Parse (or take the override), auto-complete and validate a model's config."""
+        if override is not None:
+            config = ModelConfig()
+            config.CopyFrom(override)
+        else:
+            config = load_config(
+                model_dir, self.options.model_config_name, required=self.options.strict_model_config
+            )
         backend = self.backend_for(config, model_dir)
         if not self.options.strict_model_config:
             backend.complete_config(config, model_dir)
@@ -58,15 +69,35 @@ class ModelManager:
         validate_config(config)
         return config, backend
 
-    def load(self, name: str, model_dir: Path) -> Model:
-        """Load (or reload) a model; a failure is recorded on the model and raised."""
+    def _lock_for(self, name: str) -> threading.Lock:
+        with self._lock:
+            return self._model_locks.setdefault(name, threading.Lock())
+
+    def load(
+        self,
+        name: str,
+        model_dir: Path,
+        override: ModelConfig | None = None,
+        temp_dir: Path | None = None,
+    ) -> Model:
+        """Load (or reload) a model: the new versions load while the old ones keep serving, then
+        the old ones retire once their requests are answered. A failure is recorded and raised;
+        when an older copy of the model is still serving, it stays.
+        """
+        with self._lock_for(name):
+            return self._load(name, model_dir, override, temp_dir)
+
+    def _load(
+        self, name: str, model_dir: Path, override: ModelConfig | None, temp_dir: Path | None
+    ) -> Model:
         started = time.monotonic()
-        model = Model(name, model_dir)
+        model = Model(name, model_dir, temp_dir=temp_dir)
         with self._lock:
             previous = self.models.get(name)
-            self.models[name] = model if previous is None else previous
+            if previous is None or not previous.ready_versions():
+                self.models[name] = model  # its versions show LOADING while they load
         try:
-            config, backend = self.read_config(name, model_dir)
+            config, backend = self.read_config(name, model_dir, override)
             model.config = config
             io = model_io(config)
             labels = load_labels(model_dir, io)
@@ -76,14 +107,25 @@ class ModelManager:
                     f"model '{name}': no version folder of {model_dir} matches the version "
                     "policy (version folders are named by integers, e.g. 1/)"
                 )
-            backend_config = self.options.backend_config.get(backend.name, {})
+            warmup = warmup_requests(config, io, model_dir)
+            backend_config = {  # the settings for every backend, then this backend's
+                **self.options.backend_config.get("", {}),
+                **self.options.backend_config.get(backend.name, {}),
+            }
             failures: list[str] = []
             for number in versions:
-                version = ModelVersion(name, number, config, io, labels=labels)
+                version = ModelVersion(name, number, config, io, labels=labels, warmup=warmup)
                 model.versions[number] = version
+                if self.on_version is not None:
+                    self.on_version(version)
                 try:
                     version.load(backend, model_dir, backend_config)
-                    log.info("successfully loaded '%s' version %d", name, number)
+                    log.info(
+                        "successfully loaded '%s' version %d in %.3f s",
+                        name,
+                        number,
+                        version.load_seconds,
+                    )
                 except ServerError as exc:
                     version.state = State.UNAVAILABLE
                     version.reason = exc.message
@@ -97,27 +139,41 @@ class ModelManager:
         except ServerError as exc:
             model.reason = exc.message
             log.error("failed to load '%s': %s", name, exc.message)
-            self._install(name, model, previous)
+            if previous is not None and previous.ready_versions():
+                log.warning("model '%s': the previously loaded versions keep serving", name)
+                _retire(model)
+            else:
+                self._install(name, model, previous)
             raise
         self._install(name, model, previous)
         log.info("model '%s' loaded in %.3f s", name, time.monotonic() - started)
         return model
 
     def _install(self, name: str, model: Model, previous: Model | None) -> None:
+        """Route new requests to ``model``, then retire what ``previous`` still serves."""
         with self._lock:
             self.models[name] = model
         if previous is not None and previous is not model:
-            for version in previous.versions.values():
-                if version.ready:
-                    version.unload()
+            _retire(previous)
+
+    def unload(self, name: str, forget: bool = False) -> None:
+        """Retire every version of a model; ``forget`` also drops it from the index."""
+        with self._lock_for(name):
+            model = self.get_model(name)
+            _retire(model)
+            if not model.reason:
+                model.reason = UNLOADED
+            if forget:
+                with self._lock:
+                    if self.models.get(name) is model:
+                        del self.models[name]
+            log.info("successfully unloaded '%s'", name)
 
     def unload_all(self, timeout: float | None = None) -> None:
         with self._lock:
             models = list(self.models.values())
         for model in models:
-            for version in model.versions.values():
-                if version.state in (State.READY, State.LOADING):
-                    version.unload(timeout)
+            _retire(model, timeout)
 
     def get_model(self, name: str) -> Model:
         model = self.models.get(name)
@@ -152,3 +208,17 @@ class ModelManager:
                 f"{reason}"
             )
         return found
+
+
+def _retire(model: Model, timeout: float | None = None) -> None:
+    """Retire the versions still serving or loading, then drop an uploaded model's files."""
+    for version in model.versions.values():
+        if version.state in (State.READY, State.LOADING, State.UNLOADING):
+            version.retire(timeout)
+    _remove_temp(model)
+
+
+def _remove_temp(model: Model) -> None:
+    if model.temp_dir is not None:
+        shutil.rmtree(model.temp_dir, ignore_errors=True)
+        model.temp_dir = None

@@ -4,18 +4,31 @@ from __future__ import annotations
 
 import enum
 import logging
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ptserve.backends.base import Backend, BackendModel, InstanceSpec, LoadContext
+from ptserve.backends.base import (
+    Backend,
+    BackendInstance,
+    BackendModel,
+    InstanceSpec,
+    LoadContext,
+)
 from ptserve.config.parse import ModelConfig
 from ptserve.core.iospec import ModelIO
+from ptserve.core.prepared import PreparedRequest
 from ptserve.core.stats import ModelStats
+from ptserve.core.warmup import run_warmup
 from ptserve.scheduling.base import Scheduler
-from ptserve.scheduling.default import DefaultScheduler
+from ptserve.scheduling.factory import make_scheduler
+from ptserve.scheduling.work import WorkItem
 from ptserve.scheduling.worker import InstanceWorker
 
 log = logging.getLogger("ptserve.model")
+
+UNLOADED = "unloaded"  # the reason of a model or version unloaded on purpose
 
 _KIND_NAMES = {1: "KIND_GPU", 2: "KIND_CPU", 3: "KIND_MODEL"}
 
@@ -55,16 +68,49 @@ class ModelVersion:
     workers: list[InstanceWorker] = field(default_factory=list)
     backend_model: BackendModel | None = None
     labels: dict[str, list[str]] = field(default_factory=dict)
+    warmup: list[tuple[str, int, PreparedRequest]] = field(default_factory=list)
+    load_seconds: float = 0.0
+    # Requests between lookup and answer: a version retires only once they are all answered.
+    inflight: int = 0
+    requests: set[WorkItem] = field(default_factory=set)  # queued or running (for metrics)
+    _gate: threading.Condition = field(default_factory=threading.Condition)
 
     @property
     def ready(self) -> bool:
         return self.state is State.READY
 
-    def load(self, backend: Backend, model_dir: Path, backend_config: dict[str, str]) -> None:
-        """Load the backend model and start one worker per instance (on a loader thread).
+    def acquire(self) -> bool:
+        """Count a request in; False once the version stopped taking requests."""
+        with self._gate:
+            if self.state is not State.READY:
+                return False
+            self.inflight += 1
+            return True
 
-        On failure everything made so far is released and the error propagates.
+    def pending(self) -> int:
+        """Requests queued and not yet picked up by an instance."""
+        return sum(1 for item in list(self.requests) if not item.start_ns)
+
+    def release(self) -> None:
+        with self._gate:
+            self.inflight -= 1
+            if self.inflight == 0:
+                self._gate.notify_all()
+
+    def retire(self, timeout: float | None = None) -> None:
+        """Take no new requests, wait for those in flight (up to ``timeout``), then unload."""
+        with self._gate:
+            if self.state is State.READY:
+                self.state = State.UNLOADING
+            self._gate.wait_for(lambda: self.inflight == 0, timeout)
+        self.unload(timeout)
+
+    def load(self, backend: Backend, model_dir: Path, backend_config: dict[str, str]) -> None:
+        """Load the backend model, warm each instance up, and start one worker per instance
+        (on a loader thread). On failure everything made so far is released and raised.
         """
+        started = time.monotonic()
+        instances: list[tuple[InstanceSpec, BackendInstance]] = []
         context = LoadContext(
             name=self.name,
             version=self.version,
@@ -75,27 +121,32 @@ class ModelVersion:
         )
         try:
             self.backend_model = backend.load(context)
-            instances = [
-                (spec, self.backend_model.create_instance(spec))
-                for spec in instance_specs(self.config)
-            ]
-            self.scheduler = self._make_scheduler()
-            for spec, instance in instances:
-                worker = InstanceWorker(spec.name, instance, self.scheduler, self.stats)
+            for spec in instance_specs(self.config):
+                instances.append((spec, self.backend_model.create_instance(spec)))
+            for spec, instance in instances if self.warmup else []:
+                run_warmup(self.name, spec.name, instance, self.warmup)
+            self.scheduler = self._make_scheduler(len(instances))
+            for index, (spec, instance) in enumerate(instances):
+                worker = InstanceWorker(spec.name, index, instance, self.scheduler, self.stats)
                 self.workers.append(worker)
             for worker in self.workers:
                 worker.start()
         except BaseException:
+            for _, instance in instances[len(self.workers) :]:
+                instance.unload()  # instances without a worker thread to release them
             self.unload()
             raise
+        self.load_seconds = time.monotonic() - started
         self.state = State.READY
 
-    def _make_scheduler(self) -> Scheduler:
-        return DefaultScheduler()
+    def _make_scheduler(self, instances: int) -> Scheduler:
+        """Every instance of every group takes its batches from this one scheduler."""
+        return make_scheduler(self.config, self.io, self.stats, instances)
 
     def unload(self, timeout: float | None = None) -> None:
         """Stop the workers once queued work is done, then release the model."""
-        self.state = State.UNLOADING
+        with self._gate:
+            self.state = State.UNLOADING
         if self.scheduler is not None and self.workers:
             self.scheduler.close(len(self.workers))
             for worker in self.workers:
@@ -108,7 +159,7 @@ class ModelVersion:
                 log.exception("unloading model '%s' version %d failed", self.name, self.version)
             self.backend_model = None
         self.state = State.UNAVAILABLE
-        self.reason = "unloaded"
+        self.reason = UNLOADED
 
 
 @dataclass(slots=True)
@@ -120,6 +171,7 @@ class Model:
     config: ModelConfig | None = None
     versions: dict[int, ModelVersion] = field(default_factory=dict)
     reason: str = ""  # why the model as a whole could not load
+    temp_dir: Path | None = None  # where the files of a load request were written
 
     def ready_versions(self) -> list[ModelVersion]:
         return [v for _, v in sorted(self.versions.items()) if v.ready]

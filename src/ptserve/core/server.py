@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import ThreadPoolExecutor
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ptserve import __version__
+from ptserve import __version__, logging_setup
 from ptserve.backends.base import Backend
 from ptserve.config import config_to_dict
-from ptserve.core.errors import ServerError, invalid_arg, not_found, unavailable
+from ptserve.core.control import ModelControl
+from ptserve.core.errors import ServerError, Status, invalid_arg, not_found, unavailable
 from ptserve.core.inference import build_response, prepare
 from ptserve.core.manager import LoadOptions, ModelManager
-from ptserve.core.model import ModelVersion
+from ptserve.core.model import UNLOADED, ModelVersion
+from ptserve.core.shared_memory import SharedMemoryRegistry
+from ptserve.core.trace_settings import TraceSettings, TraceValue
+from ptserve.core.tracing import Trace, Tracer
 from ptserve.core.types import InferRequest, InferResponse
-from ptserve.repository import scan_repositories
+from ptserve.scheduling.params import request_options
 from ptserve.scheduling.work import WorkItem
 
 log = logging.getLogger("ptserve.server")
@@ -28,6 +32,11 @@ EXTENSIONS = (
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "logging",
+    "trace",
+    "system_shared_memory",
 )
 
 
@@ -41,6 +50,10 @@ class ServerOptions:
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
     server_id: str = "ptserve"
     load_threads: int = 4
+    allow_client_shm: bool = False
+    model_control_mode: str = "none"
+    load_models: list[str] = field(default_factory=list)
+    repository_poll_secs: float = 15.0
 
 
 def default_backends() -> list[Backend]:
@@ -65,40 +78,47 @@ class InferenceServer:
         self.live = False
         self.shutting_down = False
         self.startup_failures: list[str] = []
+        self.shared_memory = SharedMemoryRegistry(options.allow_client_shm)
+        self.trace_settings = TraceSettings()
+        self.tracer = Tracer(self.trace_settings)
+        self.control = ModelControl(
+            self.manager,
+            options.model_repositories,
+            options.model_control_mode,
+            options.load_models,
+            options.repository_poll_secs,
+            options.load_threads,
+        )
+        self.active_requests = 0  # inference requests between arrival and answer
 
     # --- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> list[str]:
-        """Load every model of the repositories; returns the failures (also logged)."""
-        scan = scan_repositories(self.options.model_repositories)
-        failures: list[str] = []
-        for name, paths in scan.duplicates.items():
-            message = (
-                f"model '{name}' appears in several repositories "
-                f"({', '.join(str(p) for p in paths)}); it is not loaded"
-            )
-            log.error(message)
-            failures.append(message)
+        """Load the models the control mode loads at start; returns the failures (also logged)."""
         self.live = True
-        loop = asyncio.get_running_loop()
-        with ThreadPoolExecutor(self.options.load_threads, "model-load") as pool:
-            jobs = [
-                loop.run_in_executor(pool, self.manager.load, name, path)
-                for name, path in scan.models.items()
-            ]
-            for outcome in await asyncio.gather(*jobs, return_exceptions=True):
-                if isinstance(outcome, ServerError):
-                    failures.append(outcome.message)
-                elif isinstance(outcome, BaseException):
-                    log.error("model load failed: %r", outcome)
-                    failures.append(str(outcome))
+        failures = await self.control.start()
         self.startup_failures = failures
         return failures
 
     async def shutdown(self, timeout: float = 30.0) -> None:
-        """Stop readiness, let queued work finish, and unload every model."""
+        """Turn readiness off and refuse new requests at once; let those in flight finish (up to
+        ``timeout`` seconds), then unload every model."""
         self.shutting_down = True
-        await asyncio.to_thread(self.manager.unload_all, timeout)
+        await self.control.stop()
+        deadline = time.monotonic() + timeout
+        if self.active_requests:
+            log.info("waiting for %d request(s) in flight", self.active_requests)
+        while self.active_requests and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if self.active_requests:
+            log.warning(
+                "exit timeout of %.0f s passed with %d request(s) still in flight",
+                timeout,
+                self.active_requests,
+            )
+        await asyncio.to_thread(self.manager.unload_all, max(deadline - time.monotonic(), 1.0))
+        self.tracer.flush()
+        self.shared_memory.close()
         self.live = False
 
     # --- health and metadata ---------------------------------------------------------------
@@ -108,7 +128,9 @@ class InferenceServer:
         if not self.live or self.shutting_down:
             return False
         if self.options.strict_readiness:
-            for model in self.manager.models.values():
+            for model in list(self.manager.models.values()):
+                if model.reason == UNLOADED:
+                    continue  # unloaded on request: no longer part of what must be ready
                 if model.reason or not model.ready_versions():
                     return False
         return True
@@ -179,20 +201,166 @@ class InferenceServer:
             entries.append(target.stats.snapshot(target.name, str(target.version)))
         return {"model_stats": entries}
 
+    # --- repository ------------------------------------------------------------------------
+
+    def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
+        """Every model version known, with its state and why it is not ready."""
+        index: list[dict[str, str]] = []
+        if not ready_only and self.control.mode == "explicit":
+            index += [{"name": n} for n in self.control.unloaded_names()]
+        for name, model in sorted(self.manager.models.items()):
+            if not model.versions and not ready_only:
+                index.append(
+                    {"name": name, "version": "", "state": "UNAVAILABLE", "reason": model.reason}
+                )
+            for number, version in sorted(model.versions.items()):
+                if ready_only and not version.ready:
+                    continue
+                index.append(
+                    {
+                        "name": name,
+                        "version": str(number),
+                        "state": version.state.value,
+                        "reason": "" if version.ready else version.reason,
+                    }
+                )
+        index.sort(key=lambda e: (e["name"], int(e.get("version") or 0)))
+        return index
+
+    async def load_model(
+        self, name: str, config: str | None = None, files: dict[str, bytes] | None = None
+    ) -> None:
+        """Load or reload ``name`` (explicit mode), optionally with a JSON config override and
+        the model's files; a model that fails to load answers with the reason."""
+        self.control.check_explicit()
+        await asyncio.to_thread(self.control.load, name, config, dict(files or {}))
+
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        self.control.check_explicit()
+        await asyncio.to_thread(self.control.unload, name, unload_dependents)
+
+    # --- logging and trace settings -----------------------------------------------------------
+
+    def log_settings(self) -> dict[str, bool | int | str]:
+        return logging_setup.settings().as_dict()
+
+    def update_log_settings(self, changes: dict[str, Any]) -> dict[str, bool | int | str]:
+        """Validate every change first, then apply them together; returns the new settings."""
+        current = logging_setup.settings()
+        new = logging_setup.LogSettings(
+            current.log_info,
+            current.log_warning,
+            current.log_error,
+            current.log_verbose_level,
+            current.log_format,
+        )
+        for key, value in changes.items():
+            if key in ("log_info", "log_warning", "log_error"):
+                if not isinstance(value, bool):
+                    raise invalid_arg(f"log setting '{key}' must be a boolean, got {value!r}")
+                setattr(new, key, value)
+            elif key == "log_verbose_level":
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise invalid_arg(
+                        f"log setting '{key}' must be a non-negative integer, got {value!r}"
+                    )
+                new.log_verbose_level = value
+            elif key == "log_format":
+                if value not in logging_setup.LOG_FORMATS:
+                    raise invalid_arg(
+                        f"log setting 'log_format' must be one of "
+                        f"{', '.join(logging_setup.LOG_FORMATS)}, got {value!r}"
+                    )
+                new.log_format = value
+            elif key == "log_file":
+                if value != "":
+                    raise invalid_arg(
+                        "log setting 'log_file' cannot be changed: ptserve logs to stderr"
+                    )
+            else:
+                raise invalid_arg(
+                    f"unknown log setting '{key}'; known settings: {', '.join(current.as_dict())}"
+                )
+        logging_setup.apply(new)
+        log.info("log settings updated: %s", new.as_dict())
+        return new.as_dict()
+
+    def get_trace_settings(self, model: str = "") -> dict[str, TraceValue]:
+        if model:
+            self.manager.get_model(model)
+        values = self.trace_settings.get(model)
+        remaining = self.tracer.remaining(model)
+        if remaining is not None:
+            values["trace_count"] = str(remaining)
+        return values
+
+    def update_trace_settings(
+        self, changes: dict[str, TraceValue | None], model: str = ""
+    ) -> dict[str, TraceValue]:
+        if model:
+            self.manager.get_model(model)
+        self.trace_settings.update(changes, model)
+        self.tracer.reset()
+        return self.trace_settings.get(model)
+
     # --- inference -------------------------------------------------------------------------
 
     async def infer(self, request: InferRequest) -> InferResponse:
         """Validate, queue, wait for the instance, and shape the response."""
         if self.shutting_down:
             raise unavailable("the server is shutting down and accepts no new requests")
-        target = self.manager.get_version(request.model_name, request.model_version)
-        prepared, requested = prepare(request, target.io)
-        scheduler = target.scheduler
-        if scheduler is None:
-            raise unavailable(f"model '{target.name}' version {target.version} is not ready")
-        item = WorkItem(prepared, asyncio.get_running_loop())
-        scheduler.enqueue(item)
-        outputs = await item.future
+        trace = self.tracer.begin(request.model_name, request.id)
+        if trace is not None:
+            trace.mark("REQUEST_START")
+        self.active_requests += 1
+        try:
+            response = await self._infer(request, trace)
+        finally:
+            self.active_requests -= 1
+            if trace is not None:
+                trace.mark("REQUEST_END")
+                self.tracer.end(trace)
+        return response
+
+    def _acquire(self, request: InferRequest) -> ModelVersion:
+        """The version to run on, counted in so that a reload waits for this request."""
+        for _ in range(3):  # a reload may retire the version between lookup and acquire
+            target = self.manager.get_version(request.model_name, request.model_version)
+            if target.acquire():
+                return target
+        raise unavailable(f"model '{request.model_name}' is being reloaded; retry the request")
+
+    async def _infer(self, request: InferRequest, trace: Trace | None) -> InferResponse:
+        target = self._acquire(request)
+        arrival = time.perf_counter_ns()
+        try:
+            try:
+                prepared, requested = prepare(request, target.io)
+                options = request_options(request.parameters)
+                scheduler = target.scheduler
+                if scheduler is None:
+                    raise unavailable(
+                        f"model '{target.name}' version {target.version} is not ready"
+                    )
+                item = WorkItem(prepared, asyncio.get_running_loop(), options)
+                scheduler.enqueue(item)
+            except ServerError as exc:
+                reason = "REJECTED" if exc.status is Status.UNAVAILABLE else "OTHER"
+                target.stats.record_failure(time.perf_counter_ns() - arrival, reason)
+                raise
+            target.requests.add(item)
+            try:
+                outputs = await item.future
+            finally:
+                target.requests.discard(item)
+                if trace is not None:
+                    trace.model_version = target.version
+                    trace.mark("QUEUE_START", item.enqueue_ns)
+                    if item.start_ns:
+                        trace.mark("COMPUTE_START", item.start_ns)
+                        trace.mark("COMPUTE_END")
+        finally:
+            target.release()
         return build_response(
             request, str(target.version), target.io, requested, outputs, target.labels
         )

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+# Why a request failed, as the metrics' ``reason`` label names it.
+FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+
+# Called with (total, queue, compute_input, compute_infer, compute_output) ns of each success.
+SuccessObserver = Callable[[int, int, int, int, int], None]
 
 
 @dataclass(slots=True)
@@ -52,6 +59,8 @@ class ModelStats:
         self.inference_count = 0
         self.execution_count = 0
         self.last_inference_ms = 0
+        self.failures = dict.fromkeys(FAILURE_REASONS, 0)
+        self.observer: SuccessObserver | None = None  # the metrics' summaries, when enabled
 
     def record_execution(
         self,
@@ -88,11 +97,20 @@ class ModelStats:
             inference["compute_input"].add(compute_input_ns)
             inference["compute_infer"].add(compute_infer_ns)
             inference["compute_output"].add(compute_output_ns)
+        observer = self.observer
+        if observer is not None:
+            observer(total_ns, queue_ns, compute_input_ns, compute_infer_ns, compute_output_ns)
 
-    def record_failure(self, total_ns: int) -> None:
+    def record_failure(self, total_ns: int, reason: str = "BACKEND") -> None:
+        """One request failed; ``reason`` is one of FAILURE_REASONS (execution errors: BACKEND)."""
         with self._lock:
             self.inference["fail"].add(total_ns)
+            self.failures[reason if reason in self.failures else "OTHER"] += 1
             self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def failure_counts(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.failures)
 
     def snapshot(self, name: str, version: str) -> dict[str, Any]:
         with self._lock:
@@ -113,4 +131,5 @@ class ModelStats:
                     for size, stats in sorted(self.batches.items())
                 ],
                 "memory_usage": [],
+                "response_stats": {},
             }

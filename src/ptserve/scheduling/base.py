@@ -4,19 +4,31 @@ from __future__ import annotations
 
 import abc
 
-from ptserve.scheduling.work import WorkItem
+from ptserve.core.errors import ServerError
+from ptserve.core.prepared import OutputMap
+from ptserve.core.stats import ModelStats
+from ptserve.scheduling.work import Batch, WorkItem
 
 
 class Scheduler(abc.ABC):
     """Queues work items and forms the batches that workers run."""
 
-    @abc.abstractmethod
-    def enqueue(self, item: WorkItem) -> None:
-        """Accept a request (from the event loop); raises ServerError when it cannot."""
+    def __init__(self, stats: ModelStats) -> None:
+        self.stats = stats
 
     @abc.abstractmethod
-    def next_batch(self) -> list[WorkItem] | None:
-        """Block until a batch is ready (on a worker thread); None means stop."""
+    def enqueue(self, item: WorkItem) -> None:
+        """Accept a request (on the event loop); raises ServerError when it cannot."""
+
+    @abc.abstractmethod
+    def next_batch(self, instance: int) -> Batch | None:
+        """Block until a batch for worker ``instance`` is ready; None means stop."""
+
+    def finish(self, batch: Batch, results: list[OutputMap | ServerError]) -> None:
+        """Take what the scheduler keeps from the results, then answer every item."""
+        for item, result in zip(batch.items, results, strict=True):
+            if item is not None:
+                item.complete(result)
 
     @abc.abstractmethod
     def close(self, workers: int) -> None:

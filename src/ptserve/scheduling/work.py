@@ -1,12 +1,16 @@
-"""A queued request: the prepared inputs, its timestamps and how to deliver the result."""
+"""A queued request and a batch of them: what travels between the event loop and the workers."""
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import time
+from collections.abc import Hashable
+from dataclasses import dataclass, field
 
 from ptserve.core.errors import ServerError
 from ptserve.core.prepared import OutputMap, PreparedRequest
+from ptserve.scheduling.params import NO_OPTIONS, RequestOptions
 
 
 def _deliver(future: asyncio.Future[OutputMap], result: OutputMap | ServerError) -> None:
@@ -18,18 +22,47 @@ def _deliver(future: asyncio.Future[OutputMap], result: OutputMap | ServerError)
         future.set_result(result)
 
 
+class Place(enum.Enum):
+    """Where a queued item is; queues keep stale entries and skip those not in their place."""
+
+    QUEUED = 0
+    DELAYED = 1  # timed out with the DELAY action: after the level's punctual requests
+    TAKEN = 2  # in a batch
+    DROPPED = 3  # rejected while queued (timeout)
+
+
 class WorkItem:
     """One request travelling from the event loop to an instance worker and back."""
 
-    __slots__ = ("arrival_ns", "enqueue_ns", "future", "loop", "request", "start_ns")
+    __slots__ = (
+        "arrival_ns",
+        "enqueue_ns",
+        "future",
+        "key",
+        "level",
+        "loop",
+        "options",
+        "place",
+        "request",
+        "start_ns",
+    )
 
-    def __init__(self, request: PreparedRequest, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        request: PreparedRequest,
+        loop: asyncio.AbstractEventLoop,
+        options: RequestOptions = NO_OPTIONS,
+    ) -> None:
         self.request = request
         self.loop = loop
         self.future: asyncio.Future[OutputMap] = loop.create_future()
         self.arrival_ns = time.perf_counter_ns()
         self.enqueue_ns = self.arrival_ns
         self.start_ns = 0
+        self.options = options
+        self.level = options.priority  # the queue turns it into a level index
+        self.place = Place.QUEUED
+        self.key: Hashable = None  # what must agree between requests batched together
 
     def complete(self, result: OutputMap | ServerError) -> None:
         """Hand the result back to the event loop (callable from any thread)."""
@@ -38,3 +71,26 @@ class WorkItem:
     @property
     def cancelled(self) -> bool:
         return self.future.done()
+
+
+@dataclass(slots=True)
+class Batch:
+    """What a worker runs: the requests for the backend, and the items they answer.
+
+    ``items[i]`` answers ``requests[i]``; None marks a filler row (a sequence slot with nothing
+    to run), whose result is dropped.
+    """
+
+    items: list[WorkItem | None]
+    requests: list[PreparedRequest]
+    ticket: int = -1  # delivery order when the scheduler preserves ordering
+    context: list[object] = field(default_factory=list)  # scheduler's own, per row
+
+    @classmethod
+    def of(cls, items: list[WorkItem]) -> Batch:
+        return cls(list(items), [item.request for item in items])
+
+    @property
+    def rows(self) -> int:
+        """Rows of real requests (filler rows are not inferences)."""
+        return sum(item.request.batch_size for item in self.items if item is not None)

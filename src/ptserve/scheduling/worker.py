@@ -3,35 +3,48 @@
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 
 from ptserve.backends.base import BackendInstance
 from ptserve.core.errors import ServerError, internal
+from ptserve.core.prepared import OutputMap
 from ptserve.core.stats import ModelStats
 from ptserve.scheduling.base import Scheduler
-from ptserve.scheduling.work import WorkItem
+from ptserve.scheduling.work import Batch
 
 log = logging.getLogger("ptserve.scheduling")
 
+SWITCH_INTERVAL_S = 0.0005
+
 
 class InstanceWorker:
-    """Takes batches from the scheduler and runs them on one backend instance."""
+    """Takes batches from the scheduler and runs them on one backend instance.
+
+    Torch releases the GIL while it computes, so the workers of a model run side by side.
+    """
 
     def __init__(
         self,
         name: str,
+        index: int,
         instance: BackendInstance,
         scheduler: Scheduler,
         stats: ModelStats,
     ) -> None:
         self.name = name
+        self.index = index
         self.instance = instance
         self.scheduler = scheduler
         self.stats = stats
         self.thread = threading.Thread(target=self._run, name=f"instance-{name}", daemon=True)
 
     def start(self) -> None:
+        # The event loop and the workers share the GIL; by default a thread waiting for it may
+        # wait 5 ms, which stalls a worker between batches. A shorter interval keeps it busy.
+        if sys.getswitchinterval() > SWITCH_INTERVAL_S:
+            sys.setswitchinterval(SWITCH_INTERVAL_S)
         self.thread.start()
 
     def join(self, timeout: float | None = None) -> None:
@@ -39,7 +52,7 @@ class InstanceWorker:
 
     def _run(self) -> None:
         while True:
-            batch = self.scheduler.next_batch()
+            batch = self.scheduler.next_batch(self.index)
             if batch is None:
                 break
             self.run_batch(batch)
@@ -48,28 +61,28 @@ class InstanceWorker:
         except Exception:
             log.exception("unloading instance '%s' failed", self.name)
 
-    def run_batch(self, batch: list[WorkItem]) -> None:
+    def run_batch(self, batch: Batch) -> None:
         start = time.perf_counter_ns()
-        for item in batch:
-            item.start_ns = start
+        for item in batch.items:
+            if item is not None:
+                item.start_ns = start
+        results: list[OutputMap | ServerError]
         try:
-            outcome = self.instance.execute([item.request for item in batch])
+            outcome = self.instance.execute(batch.requests)
             results = outcome.results
             times = outcome.times
         except Exception as exc:  # a backend bug must not kill the worker
             log.exception("instance '%s' failed to execute a batch", self.name)
-            error = internal(f"instance '{self.name}' failed: {exc}")
-            results = [error] * len(batch)
+            results = [internal(f"instance '{self.name}' failed: {exc}")] * len(batch.requests)
             times = None
         end = time.perf_counter_ns()
         if times is not None:
             self.stats.record_execution(
-                sum(item.request.batch_size for item in batch),
-                times.compute_input_ns,
-                times.compute_infer_ns,
-                times.compute_output_ns,
+                batch.rows, times.compute_input_ns, times.compute_infer_ns, times.compute_output_ns
             )
-        for item, result in zip(batch, results, strict=True):
+        for item, result in zip(batch.items, results, strict=True):
+            if item is None:
+                continue
             total = end - item.arrival_ns
             if isinstance(result, ServerError) or times is None:
                 self.stats.record_failure(total)
@@ -81,4 +94,11 @@ class InstanceWorker:
                     times.compute_infer_ns,
                     times.compute_output_ns,
                 )
-            item.complete(result)
+        try:
+            self.scheduler.finish(batch, results)
+        except Exception as exc:  # the scheduler must still answer every client
+            log.exception("instance '%s': finishing a batch failed", self.name)
+            error = internal(f"instance '{self.name}' failed to finish a batch: {exc}")
+            for item in batch.items:
+                if item is not None:
+                    item.complete(error)

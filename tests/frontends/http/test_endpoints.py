@@ -26,8 +26,15 @@ def test_health(client: httpclient.InferenceServerClient, http_server: ServerPro
 def test_server_metadata(client: httpclient.InferenceServerClient) -> None:
     metadata = client.get_server_metadata()
     assert metadata["name"] == "ptserve"
-    assert "binary_tensor_data" in metadata["extensions"]
-    assert "model_repository" not in metadata["extensions"]
+    for extension in (
+        "binary_tensor_data",
+        "classification",
+        "model_configuration",
+        "statistics",
+        "system_shared_memory",
+    ):
+        assert extension in metadata["extensions"]
+    assert "cuda_shared_memory" not in metadata["extensions"]
 
 
 def test_model_metadata(client: httpclient.InferenceServerClient) -> None:

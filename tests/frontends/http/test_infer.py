@@ -223,3 +223,13 @@ async def test_aio_client(http_server: ServerProcess) -> None:
             await client.infer("nope", inputs)
     finally:
         await client.close()
+
+
+def test_reshape_both_ways(client: httpclient.InferenceServerClient) -> None:
+    data = np.arange(8, dtype=np.float32).reshape(2, 4)
+    tensor = httpclient.InferInput("INPUT0", [2, 4], "FP32")
+    tensor.set_data_from_numpy(data)
+    result = client.infer("reshaped", [tensor])
+    expected = data.reshape(2, 2, 2).sum(-1).reshape(2, 2, 1)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), expected)
+    assert client.get_model_metadata("reshaped")["outputs"][0]["shape"] == [-1, 2, 1]

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ptserve.core.errors import ServerError, invalid_arg
+import orjson
+
+from ptserve.core.errors import ServerError, invalid_arg, not_found, unsupported
 from ptserve.core.server import InferenceServer
+from ptserve.core.shared_memory import CUDA_SHM_UNSUPPORTED
 from ptserve.frontends.http import codec, compression
 from ptserve.frontends.http.protocol import HttpRequest, HttpResponse
 from ptserve.frontends.http.restrictions import Restrictions
@@ -18,6 +23,9 @@ log = logging.getLogger("ptserve.http")
 Route = Callable[[HttpRequest, dict[str, str]], Awaitable[HttpResponse]]
 
 _MODEL = r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?"
+_REPO_MODEL = r"/v2/repository/models/(?P<model>[^/]+)"
+_SHM = r"/v2/(?P<kind>system|cuda)sharedmemory(?:/region/(?P<region>[^/]+))?"
+_SHM_REGION = r"/v2/(?P<kind>system|cuda)sharedmemory/region/(?P<region>[^/]+)"
 
 
 def _error(exc: ServerError) -> HttpResponse:
@@ -37,10 +45,19 @@ class HttpApp:
         self.max_input_size = max_input_size
         self.restrictions = restrictions or Restrictions([])
         self.routes: list[tuple[re.Pattern[str], dict[str, Route]]] = [
+            (re.compile(_SHM + r"/status"), {"GET": self.shm_status}),
+            (re.compile(_SHM_REGION + r"/register"), {"POST": self.shm_register}),
+            (re.compile(_SHM + r"/unregister"), {"POST": self.shm_unregister}),
             (re.compile(r"/v2/health/live"), {"GET": self.health_live}),
             (re.compile(r"/v2/health/ready"), {"GET": self.health_ready}),
             (re.compile(r"/v2"), {"GET": self.server_metadata}),
             (re.compile(r"/v2/models/stats"), {"GET": self.model_stats}),
+            (re.compile(r"/v2/repository/index"), {"POST": self.repository_index}),
+            (re.compile(_REPO_MODEL + r"/load"), {"POST": self.repository_load}),
+            (re.compile(_REPO_MODEL + r"/unload"), {"POST": self.repository_unload}),
+            (re.compile(r"/v2/logging"), {"GET": self.log_settings, "POST": self.log_settings}),
+            (re.compile(r"/v2/trace/setting"), self._both(self.trace_settings)),
+            (re.compile(_MODEL + r"/trace/setting"), self._both(self.trace_settings)),
             (re.compile(_MODEL + r"/ready"), {"GET": self.model_ready}),
             (re.compile(_MODEL + r"/config"), {"GET": self.model_config}),
             (re.compile(_MODEL + r"/stats"), {"GET": self.model_stats}),
@@ -106,12 +123,13 @@ class HttpApp:
             request.body, request.headers.get("content-encoding", ""), self.max_input_size
         )
         header_length = _header_length(request.headers.get(codec.HEADER_LENGTH))
+        shared_memory = self.server.shared_memory
         infer_request = codec.decode_request(
-            params["model"], params.get("version", ""), body, header_length
+            params["model"], params.get("version", ""), body, header_length, shared_memory
         )
         binary_default = _binary_default(infer_request.parameters)
         response = await self.server.infer(infer_request)
-        encoded = codec.encode_response(response, binary_default)
+        encoded = codec.encode_response(response, binary_default, shared_memory)
         parts: list[bytes | memoryview] = [encoded.header, *encoded.binary]
         result = HttpResponse(200, parts)
         if encoded.binary:
@@ -122,6 +140,123 @@ class HttpApp:
             result.body = [compression.compress(parts, encoding)]
             result.headers.append(("Content-Encoding", encoding))
         return result
+
+    # --- shared memory -----------------------------------------------------------------------
+
+    async def shm_status(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        if params["kind"] == "cuda":
+            if params.get("region"):
+                raise not_found(f"unable to find cuda shared memory region: '{params['region']}'")
+            return HttpResponse.json([])
+        regions = self.server.shared_memory.status(params.get("region", ""))
+        return HttpResponse.json(
+            [
+                {"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size}
+                for r in regions
+            ]
+        )
+
+    async def shm_register(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        if params["kind"] == "cuda":
+            raise unsupported(CUDA_SHM_UNSUPPORTED)
+        body = json_body(request)
+        key = body.get("key")
+        if not isinstance(key, str):
+            raise invalid_arg("register: 'key' must be a string naming the shared memory object")
+        numbers = {}
+        for field in ("offset", "byte_size"):
+            value = body.get(field, 0 if field == "offset" else None)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise invalid_arg(f"register: '{field}' must be a non-negative integer")
+            numbers[field] = value
+        self.server.shared_memory.register(
+            params["region"], key, numbers["offset"], numbers["byte_size"]
+        )
+        return HttpResponse.empty(200)
+
+    async def shm_unregister(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        if params["kind"] == "system":
+            self.server.shared_memory.unregister(params.get("region", ""))
+        return HttpResponse.empty(200)
+
+    # --- repository, logging and trace ------------------------------------------------------
+
+    @staticmethod
+    def _both(handler: Route) -> dict[str, Route]:
+        return {"GET": handler, "POST": handler}
+
+    async def repository_index(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        ready = json_body(request).get("ready", False)
+        if not isinstance(ready, bool):
+            raise invalid_arg(f"repository index: 'ready' must be true or false, got {ready!r}")
+        return HttpResponse.json(self.server.repository_index(ready))
+
+    async def repository_load(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        parameters = _parameters(json_body(request))
+        config = parameters.get("config")
+        if config is not None and not isinstance(config, str):
+            raise invalid_arg("load: parameter 'config' must be a string holding JSON")
+        files: dict[str, bytes] = {}
+        for key, value in parameters.items():
+            if not key.startswith("file:"):
+                continue
+            if not isinstance(value, str):
+                raise invalid_arg(f"load: parameter '{key}' must be base64 text")
+            try:
+                files[key[len("file:") :]] = base64.b64decode(value, validate=True)
+            except binascii.Error as exc:
+                raise invalid_arg(f"load: parameter '{key}' is not valid base64: {exc}") from None
+        await self.server.load_model(params["model"], config, files)
+        return HttpResponse.empty(200)
+
+    async def repository_unload(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        dependents = _parameters(json_body(request)).get("unload_dependents", False)
+        if not isinstance(dependents, bool):
+            raise invalid_arg("unload: parameter 'unload_dependents' must be true or false")
+        await self.server.unload_model(params["model"], dependents)
+        return HttpResponse.empty(200)
+
+    async def log_settings(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        if request.method == "POST":
+            return HttpResponse.json(self.server.update_log_settings(json_body(request)))
+        return HttpResponse.json(self.server.log_settings())
+
+    async def trace_settings(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        model = params.get("model", "")
+        if request.method == "POST":
+            changes = json_body(request)
+            for key, value in changes.items():
+                ok = (
+                    value is None
+                    or isinstance(value, str)
+                    or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+                )
+                if not ok:
+                    raise invalid_arg(
+                        f"trace setting '{key}' must be a string, a list of strings or null"
+                    )
+            return HttpResponse.json(self.server.update_trace_settings(changes, model))
+        return HttpResponse.json(self.server.get_trace_settings(model))
+
+
+def _parameters(body: dict[str, Any]) -> dict[str, Any]:
+    parameters = body.get("parameters", {})
+    if not isinstance(parameters, dict):
+        raise invalid_arg("'parameters' must be a JSON object")
+    return parameters
+
+
+def json_body(request: HttpRequest) -> dict[str, Any]:
+    """A request body that must be a JSON object (an empty body is an empty object)."""
+    if not request.body.strip():
+        return {}
+    try:
+        value = orjson.loads(request.body)
+    except orjson.JSONDecodeError as exc:
+        raise invalid_arg(f"failed to parse the request JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise invalid_arg(f"the request JSON must be an object, got {type(value).__name__}")
+    return value
 
 
 def _header_length(value: str | None) -> int | None:

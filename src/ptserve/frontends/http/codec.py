@@ -9,6 +9,7 @@ import orjson
 
 from ptserve.core import datatypes
 from ptserve.core.errors import invalid_arg
+from ptserve.core.shared_memory import SharedMemoryRegistry, output_placements, placement
 from ptserve.core.types import InferRequest, InferResponse, RequestedOutput, Tensor
 from ptserve.frontends import tensors
 
@@ -20,8 +21,12 @@ def decode_request(
     version: str,
     body: bytes | bytearray | memoryview,
     header_length: int | None,
+    shared_memory: SharedMemoryRegistry | None = None,
 ) -> InferRequest:
-    """Parse an infer body; ``header_length`` splits JSON from binary data when given."""
+    """Parse an infer body; ``header_length`` splits JSON from binary data when given.
+
+    Inputs and outputs may name system shared-memory regions of ``shared_memory``.
+    """
     view = memoryview(body)
     if header_length is None:
         header_length = len(view)
@@ -49,7 +54,7 @@ def decode_request(
     offset = 0
     inputs: list[Tensor] = []
     for position, raw in enumerate(raw_inputs):
-        tensor, used = _decode_input(position, raw, binary, offset)
+        tensor, used = _decode_input(position, raw, binary, offset, shared_memory)
         offset += used
         inputs.append(tensor)
     if offset != len(binary):
@@ -63,7 +68,9 @@ def decode_request(
     if raw_outputs is not None:
         if not isinstance(raw_outputs, list):
             raise invalid_arg("'outputs' must be a list")
-        outputs = [_decode_output(position, raw) for position, raw in enumerate(raw_outputs)]
+        outputs = [
+            _decode_output(position, raw, shared_memory) for position, raw in enumerate(raw_outputs)
+        ]
     return InferRequest(
         model_name=model,
         model_version=version,
@@ -82,7 +89,13 @@ def _parameters(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
-def _decode_input(position: int, raw: Any, binary: memoryview, offset: int) -> tuple[Tensor, int]:
+def _decode_input(
+    position: int,
+    raw: Any,
+    binary: memoryview,
+    offset: int,
+    shared_memory: SharedMemoryRegistry | None,
+) -> tuple[Tensor, int]:
     if not isinstance(raw, dict):
         raise invalid_arg(f"inputs[{position}] must be an object, got {type(raw).__name__}")
     name = raw.get("name")
@@ -95,8 +108,16 @@ def _decode_input(position: int, raw: Any, binary: memoryview, offset: int) -> t
         raise invalid_arg(f"input '{name}' has no 'shape'")
     shape = tensors.check_shape(name, raw["shape"])
     params = _parameters(raw.get("parameters"), f"input '{name}' 'parameters'")
-    if "shared_memory_region" in params:
-        raise invalid_arg(f"input '{name}': shared memory inputs are not enabled on this server")
+    place = placement(f"input '{name}'", params)
+    if place is not None:
+        if "data" in raw or "binary_data_size" in params:
+            raise invalid_arg(
+                f"input '{name}' names a shared memory region and also carries data; send one"
+            )
+        if shared_memory is None:
+            raise invalid_arg(f"input '{name}': shared memory is not available here")
+        data = tensors.from_raw(name, shared_memory.read(f"input '{name}'", place), dt, shape)
+        return Tensor(name, dt, data), 0
     size = params.get("binary_data_size")
     if size is not None:
         if "data" in raw:
@@ -117,7 +138,9 @@ def _decode_input(position: int, raw: Any, binary: memoryview, offset: int) -> t
     return Tensor(name, dt, tensors.from_json(name, raw["data"], dt, shape)), 0
 
 
-def _decode_output(position: int, raw: Any) -> RequestedOutput:
+def _decode_output(
+    position: int, raw: Any, shared_memory: SharedMemoryRegistry | None
+) -> RequestedOutput:
     if not isinstance(raw, dict):
         raise invalid_arg(f"outputs[{position}] must be an object, got {type(raw).__name__}")
     name = raw.get("name")
@@ -130,8 +153,8 @@ def _decode_output(position: int, raw: Any) -> RequestedOutput:
     binary = params.get("binary_data")
     if binary is not None and not isinstance(binary, bool):
         raise invalid_arg(f"output '{name}': binary_data must be true or false")
-    if "shared_memory_region" in params:
-        raise invalid_arg(f"output '{name}': shared memory outputs are not enabled on this server")
+    if placement(f"output '{name}'", params) is not None and shared_memory is None:
+        raise invalid_arg(f"output '{name}': shared memory is not available here")
     return RequestedOutput(name, classification, params)
 
 
@@ -143,10 +166,16 @@ class EncodedResponse:
     binary: list[bytes | memoryview]
 
 
-def encode_response(response: InferResponse, binary_default: bool) -> EncodedResponse:
-    """Serialize a response; outputs go binary when asked per output or for the whole request."""
+def encode_response(
+    response: InferResponse,
+    binary_default: bool,
+    shared_memory: SharedMemoryRegistry | None = None,
+) -> EncodedResponse:
+    """Serialize a response; outputs go binary when asked per output or for the whole request,
+    and into shared memory when their request placed them there."""
     outputs: list[dict[str, Any]] = []
     binary: list[bytes | memoryview] = []
+    places = output_placements(response) if shared_memory is not None else {}
     for tensor in response.outputs:
         wanted = response.requested.get(tensor.name)
         as_binary = binary_default
@@ -157,7 +186,17 @@ def encode_response(response: InferResponse, binary_default: bool) -> EncodedRes
             "datatype": tensor.datatype.name,
             "shape": list(tensor.shape),
         }
-        if as_binary:
+        place = places.get(tensor.name)
+        if place is not None and shared_memory is not None:
+            raw = tensors.to_raw(tensor.data, tensor.datatype)
+            shared_memory.write(f"output '{tensor.name}'", place, raw)
+            entry["parameters"] = {
+                "shared_memory_region": place.region,
+                "shared_memory_byte_size": len(raw),
+            }
+            if place.offset:
+                entry["parameters"]["shared_memory_offset"] = place.offset
+        elif as_binary:
             raw = tensors.to_raw(tensor.data, tensor.datatype)
             entry["parameters"] = {"binary_data_size": len(raw)}
             binary.append(raw)

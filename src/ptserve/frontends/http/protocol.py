@@ -23,6 +23,9 @@ log = logging.getLogger("ptserve.http")
 
 _PIPELINE_LIMIT = 32
 _SMALL_BODY = 1 << 16
+# After refusing a request, how much more of it is read (and dropped) before closing.
+_LINGER_BYTES = 256 << 20
+_LINGER_SECONDS = 5.0
 
 
 @dataclass(slots=True)
@@ -94,6 +97,9 @@ class HttpProtocol(asyncio.Protocol):
         self.worker: asyncio.Task[None] | None = None
         self.paused = False
         self.closed = False
+        self.lingering = False
+        self._linger_left = 0
+        self._linger_timer: asyncio.TimerHandle | None = None
         self._url = bytearray()
         self._headers: dict[str, str] = {}
         self._current: HttpRequest | None = None
@@ -109,12 +115,19 @@ class HttpProtocol(asyncio.Protocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._linger_timer is not None:
+            self._linger_timer.cancel()
+            self._linger_timer = None
+        self.lingering = False
         self.closed = True
         self.pending.clear()
         if self.worker is not None and not self.worker.done():
             self.worker.cancel()
 
     def data_received(self, data: bytes) -> None:
+        if self.lingering:
+            self._linger(len(data))
+            return
         if self.closed:
             return
         try:
@@ -216,13 +229,32 @@ class HttpProtocol(asyncio.Protocol):
             self.transport.writelines(parts)
 
     def _fail(self, status: int, message: str) -> None:
-        """Answer a request that cannot be parsed or accepted, then close the connection."""
+        """Answer a request that cannot be parsed or accepted, then close the connection.
+
+        The rest of what the client is still sending is read and dropped for a while before
+        closing: closing with unread data makes the kernel reset the connection, and the client
+        would lose the answer.
+        """
         if self.closed:
             return
         self._write(HttpResponse.error(status, message), keep_alive=False)
-        self._close()
+        self.closed = True
+        self.pending.clear()
+        self.lingering = True
+        self._linger_left = _LINGER_BYTES
+        loop = asyncio.get_running_loop()
+        self._linger_timer = loop.call_later(_LINGER_SECONDS, self._close)
+
+    def _linger(self, size: int) -> None:
+        self._linger_left -= size
+        if self._linger_left < 0:
+            self._close()
 
     def _close(self) -> None:
+        self.lingering = False
+        if self._linger_timer is not None:
+            self._linger_timer.cancel()
+            self._linger_timer = None
         self.closed = True
         self.pending.clear()
         if self.transport is not None:

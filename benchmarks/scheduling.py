@@ -1,0 +1,162 @@
+"""Dynamic batching under load: the example CNN and MLP served with and without batching.
+
+    python -m benchmarks.scheduling [--seconds 5] [--repeats 2] [--concurrency 32]
+
+The server runs on core 0 (``taskset``), perf_analyzer (binary tensors) on core 1, torch at one
+thread. The in-process baseline calls the same TorchScript file at batch 32 on core 0. Every
+figure is printed beside the one it is compared with, from the same run, because absolute numbers
+on a shared two-core machine drift; ``--repeats`` shows how much. The batch-size histograms come
+from the server's statistics endpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tests.serverproc import ServerProcess
+
+from benchmarks.serving import perf_analyzer_path
+from ptserve.examples import CNN_CONFIG, MLP_CONFIG, build_example_repository
+
+SHAPES = {"mlp": (64,), "cnn": (3, 32, 32)}
+BATCHED = "dynamic_batching { max_queue_delay_microseconds: 1000 }"
+ONE_INSTANCE = "instance_group [ { count: 1 kind: KIND_CPU } ]"
+
+
+class PinnedServer(ServerProcess):
+    """The server process on one core."""
+
+    def __init__(self, repositories: list[Path], core: int) -> None:
+        super().__init__(repositories, ["--log-info=false"], env={"OMP_NUM_THREADS": "1"})
+        self.core = core
+
+    def command(self) -> list[str]:
+        return ["taskset", "-c", str(self.core), *super().command()]
+
+
+def write_variants(repository: Path) -> None:
+    """``<model>_batched`` (max batch 32, 1 ms delay) and ``<model>_plain`` (no batching)."""
+    examples = repository.parent / f"{repository.name}-examples"
+    build_example_repository(examples)
+    for model, config in (("mlp", MLP_CONFIG), ("cnn", CNN_CONFIG)):
+        for variant, extra in (("batched", BATCHED), ("plain", "")):
+            name = f"{model}_{variant}"
+            folder = repository / name / "1"
+            folder.mkdir(parents=True)
+            (folder / "model.pt").write_bytes((examples / model / "1" / "model.pt").read_bytes())
+            text = config.replace(f'name: "{model}"', f'name: "{name}"')
+            (repository / name / "config.pbtxt").write_text(f"{text}\n{ONE_INSTANCE}\n{extra}\n")
+
+
+def in_process(repository: Path, model: str, batch: int, seconds: float, core: int) -> float:
+    """Inferences/s of the TorchScript file called directly at ``batch`` on ``core``."""
+    previous = os.sched_getaffinity(0)
+    threads = torch.get_num_threads()
+    os.sched_setaffinity(0, {core})
+    torch.set_num_threads(1)
+    try:
+        module = torch.jit.load(str(repository / model / "1" / "model.pt"))
+        module.eval()
+        shape = (batch, *SHAPES[model.split("_")[0]])
+        data = torch.from_numpy(np.random.default_rng(0).standard_normal(shape, dtype=np.float32))
+        with torch.inference_mode():
+            for _ in range(20):
+                module(data)
+            calls = 0
+            started = time.perf_counter()
+            while time.perf_counter() - started < seconds:
+                module(data)
+                calls += 1
+            return calls * batch / (time.perf_counter() - started)
+    finally:
+        torch.set_num_threads(threads)
+        os.sched_setaffinity(0, previous)
+
+
+def perf_analyzer(
+    binary: str, url: str, model: str, concurrency: int, seconds: float, core: int
+) -> dict[str, float]:
+    with tempfile.NamedTemporaryFile(suffix=".csv") as report:
+        command = [
+            "taskset", "-c", str(core), binary,
+            "-m", model, "-u", url, "-i", "http", "-b", "1",
+            "--concurrency-range", str(concurrency),
+            "--measurement-interval", str(int(seconds * 1000)),
+            "--stability-percentage", "50",
+            "-f", report.name,
+        ]  # fmt: skip
+        subprocess.run(command, check=True, capture_output=True, timeout=seconds * 20 + 120)
+        row = list(csv.DictReader(io.StringIO(Path(report.name).read_text())))[-1]
+    return {
+        "throughput": float(row["Inferences/Second"]),
+        "p50_us": float(row["p50 latency"]),
+        "p99_us": float(row["p99 latency"]),
+    }
+
+
+def histogram(url: str, model: str) -> dict[int, int]:
+    with urllib.request.urlopen(f"http://{url}/v2/models/{model}/stats", timeout=10) as reply:
+        entry: dict[str, Any] = json.loads(reply.read())["model_stats"][0]
+    return {b["batch_size"]: b["compute_infer"]["count"] for b in entry["batch_stats"]}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, default=32)
+    args = parser.parse_args(argv)
+    binary = perf_analyzer_path()
+    if binary is None:
+        sys.exit("perf_analyzer is not installed: run /work/shared/tools/install-perf-analyzer")
+    repository = Path(tempfile.mkdtemp(prefix="ptserve-sched-bench-"))
+    write_variants(repository)
+    runs: list[dict[str, Any]] = []
+    with PinnedServer([repository], core=0) as server:
+        url = server.http_url
+        for repeat in range(args.repeats):
+            row: dict[str, Any] = {"repeat": repeat}
+            row["cnn_inproc_b32"] = in_process(repository, "cnn_plain", 32, args.seconds, core=0)
+            for model in ("cnn_batched", "mlp_batched", "mlp_plain"):
+                row[model] = perf_analyzer(binary, url, model, args.concurrency, args.seconds, 1)
+            runs.append(row)
+            cnn, mlp, plain = row["cnn_batched"], row["mlp_batched"], row["mlp_plain"]
+            print(
+                f"repeat {repeat}: cnn batched {cnn['throughput']:.0f} inf/s vs in-process "
+                f"batch-32 {row['cnn_inproc_b32']:.0f} inf/s = "
+                f"{cnn['throughput'] / row['cnn_inproc_b32']:.1%}; mlp batched "
+                f"{mlp['throughput']:.0f} vs plain {plain['throughput']:.0f} inf/s = "
+                f"{mlp['throughput'] / plain['throughput']:.2f}x",
+                flush=True,
+            )
+            for name in ("cnn_batched", "mlp_batched", "mlp_plain"):
+                served = row[name]
+                print(
+                    f"    {name}: p50 {served['p50_us']:.0f} us, p99 {served['p99_us']:.0f} us, "
+                    f"p99/p50 {served['p99_us'] / served['p50_us']:.2f}",
+                    flush=True,
+                )
+        for model in ("cnn_batched", "mlp_batched", "mlp_plain"):
+            counts = histogram(url, model)
+            total = sum(counts.values())
+            top = sorted(counts.items(), key=lambda kv: -kv[1])[:6]
+            shown = ", ".join(f"{size}: {count / total:.1%}" for size, count in top)
+            print(f"batch sizes of {model} (share of {total} executions): {shown}")
+    print(json.dumps(runs, indent=1), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,199 @@
+"""System shared-memory regions that clients register to pass tensors without copying them
+over the wire.
+
+The core owns the registry so every frontend places tensors the same way: a region is a named
+window (offset, byte_size) of a POSIX shared-memory object ``/dev/shm/<key>``; a tensor names a
+region plus its own offset and size inside that window.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ptserve.core.errors import ServerError, Status, invalid_arg, not_found, unavailable
+from ptserve.core.types import InferResponse
+
+SHM_ROOT = Path("/dev/shm")
+
+REGION_PARAM = "shared_memory_region"
+SIZE_PARAM = "shared_memory_byte_size"
+OFFSET_PARAM = "shared_memory_offset"
+
+CUDA_SHM_UNSUPPORTED = (
+    "CUDA shared memory is not supported: this server runs on CPU only (no CUDA device)"
+)
+
+DISABLED_MESSAGE = (
+    "system shared memory is disabled on this server; start it with --allow-client-shm=true "
+    "to use it"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RegionStatus:
+    """What a client registered, as the status calls report it."""
+
+    name: str
+    key: str
+    offset: int
+    byte_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where one tensor lives: a registered region, and a window inside it."""
+
+    region: str
+    byte_size: int
+    offset: int = 0
+
+
+@dataclass(slots=True)
+class _Region:
+    status: RegionStatus
+    mapping: mmap.mmap
+
+
+def placement(where: str, params: Mapping[str, Any]) -> Placement | None:
+    """The shared-memory placement a tensor's parameters ask for, or None when they ask none."""
+    if REGION_PARAM not in params:
+        return None
+    region = params[REGION_PARAM]
+    if not isinstance(region, str) or not region:
+        raise invalid_arg(f"{where}: {REGION_PARAM} must be a non-empty string")
+    size = params.get(SIZE_PARAM)
+    if size is None:
+        raise invalid_arg(f"{where}: {REGION_PARAM} needs {SIZE_PARAM} as well")
+    offset = params.get(OFFSET_PARAM, 0)
+    for label, value in ((SIZE_PARAM, size), (OFFSET_PARAM, offset)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise invalid_arg(f"{where}: {label} must be a non-negative integer, got {value!r}")
+    return Placement(region, size, offset)
+
+
+def output_placements(response: InferResponse) -> dict[str, Placement]:
+    """The outputs of a response that their request placed in shared memory."""
+    found: dict[str, Placement] = {}
+    for tensor in response.outputs:
+        wanted = response.requested.get(tensor.name)
+        if wanted is not None:
+            place = placement(f"output '{tensor.name}'", wanted.parameters)
+            if place is not None:
+                found[tensor.name] = place
+    return found
+
+
+class SharedMemoryRegistry:
+    """Registered regions by name; every access is bounds-checked against the registration."""
+
+    def __init__(self, enabled: bool, root: Path = SHM_ROOT) -> None:
+        self.enabled = enabled
+        self.root = root
+        self._regions: dict[str, _Region] = {}
+        self._lock = threading.Lock()
+
+    def _require_enabled(self) -> None:
+        if not self.enabled:
+            raise unavailable(DISABLED_MESSAGE)
+
+    def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        """Map ``byte_size`` bytes at ``offset`` of the object ``key`` under ``name``."""
+        self._require_enabled()
+        if not name:
+            raise invalid_arg("a shared memory region needs a non-empty name")
+        if offset < 0 or byte_size < 0:
+            raise invalid_arg(
+                f"shared memory region '{name}': offset and byte_size must be non-negative"
+            )
+        path = self._path(key)
+        with self._lock:
+            if name in self._regions:
+                raise ServerError(
+                    Status.ALREADY_EXISTS,
+                    f"shared memory region '{name}' is already registered; unregister it first",
+                )
+            try:
+                fd = os.open(path, os.O_RDWR)
+            except OSError as exc:
+                raise invalid_arg(
+                    f"unable to open shared memory region '{name}' (key '{key}'): {exc.strerror}"
+                ) from None
+            try:
+                size = os.fstat(fd).st_size
+                if offset + byte_size > size:
+                    raise invalid_arg(
+                        f"shared memory region '{name}': offset {offset} + byte_size "
+                        f"{byte_size} exceeds the {size} bytes of key '{key}'"
+                    )
+                mapping = mmap.mmap(fd, size) if size else mmap.mmap(-1, 1)
+            finally:
+                os.close(fd)
+            self._regions[name] = _Region(RegionStatus(name, key, offset, byte_size), mapping)
+
+    def unregister(self, name: str = "") -> None:
+        """Forget one region, or every region when ``name`` is empty; unknown names are no-ops."""
+        with self._lock:
+            names = [name] if name else list(self._regions)
+            for each in names:
+                region = self._regions.pop(each, None)
+                if region is not None:
+                    region.mapping.close()
+
+    def status(self, name: str = "") -> list[RegionStatus]:
+        """Every registered region, or the one called ``name`` (not found when unknown)."""
+        with self._lock:
+            if not name:
+                return [r.status for _, r in sorted(self._regions.items())]
+            region = self._regions.get(name)
+        if region is None:
+            raise not_found(f"unable to find system shared memory region: '{name}'")
+        return [region.status]
+
+    def read(self, where: str, place: Placement) -> bytes:
+        """A copy of a tensor's bytes, so unregistering can never pull memory from under it."""
+        with self._lock:
+            region, start = self._window(where, place)
+            return region.mapping[start : start + place.byte_size]
+
+    def write(self, where: str, place: Placement, data: bytes | memoryview) -> None:
+        """Store a tensor's bytes in its window; the window must be large enough."""
+        if len(data) > place.byte_size:
+            raise invalid_arg(
+                f"{where}: the tensor needs {len(data)} bytes but shared memory region "
+                f"'{place.region}' was given only {SIZE_PARAM} {place.byte_size}"
+            )
+        with self._lock:
+            region, start = self._window(where, place)
+            region.mapping[start : start + len(data)] = data
+
+    def close(self) -> None:
+        self.unregister()
+
+    def _window(self, where: str, place: Placement) -> tuple[_Region, int]:
+        self._require_enabled()
+        region = self._regions.get(place.region)
+        if region is None:
+            raise not_found(
+                f"{where}: unable to find system shared memory region: '{place.region}'"
+            )
+        registered = region.status
+        if place.offset + place.byte_size > registered.byte_size:
+            raise invalid_arg(
+                f"{where}: offset {place.offset} + byte_size {place.byte_size} is outside "
+                f"shared memory region '{place.region}' of {registered.byte_size} bytes"
+            )
+        return region, registered.offset + place.offset
+
+    def _path(self, key: str) -> Path:
+        stripped = key[1:] if key.startswith("/") else key
+        if not stripped or "/" in stripped or stripped in (".", ".."):
+            raise invalid_arg(
+                f"invalid shared memory key '{key}': expected a name like '/my_region'"
+            )
+        return self.root / stripped

@@ -1,0 +1,131 @@
+"""Warm-up requests from a config's ``model_warmup``: run on every instance before it is ready.
+
+A model's first executions are slow (lazy initialisation, allocator growth, kernels chosen on
+first use); running the configured samples at load keeps that cost off users' requests.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ptserve.backends.base import BackendInstance
+from ptserve.config.parse import ModelConfig
+from ptserve.core import datatypes
+from ptserve.core.errors import ServerError, invalid_arg
+from ptserve.core.iospec import ModelIO
+from ptserve.core.prepared import PreparedRequest
+
+log = logging.getLogger("ptserve.warmup")
+
+WARMUP_FOLDER = "warmup"  # input_data_file paths are relative to <model>/warmup/
+
+
+def _type_name(value: int) -> str:
+    field = ModelConfig.DESCRIPTOR.fields_by_name["input"].message_type.fields_by_name["data_type"]
+    return str(field.enum_type.values_by_number[value].name)
+
+
+def _array(
+    model: str, sample: str, name: str, spec: Any, rows: int | None, model_dir: Path
+) -> np.ndarray:
+    """The tensor of one warm-up input: ``[rows] + dims`` when batching, else ``dims``."""
+    dtype = datatypes.from_config_name(_type_name(spec.data_type))
+    dims = [int(d) for d in spec.dims]
+    if any(d < 0 for d in dims):
+        raise invalid_arg(
+            f"model '{model}': warm-up '{sample}' input '{name}' has a variable dimension "
+            f"{dims}; warm-up dims must be fixed"
+        )
+    count = datatypes.element_count(dims)
+    choice = spec.WhichOneof("input_data_type")
+    if choice == "input_data_file":
+        path = (model_dir / WARMUP_FOLDER / spec.input_data_file).resolve()
+        if not path.is_relative_to((model_dir / WARMUP_FOLDER).resolve()) or not path.is_file():
+            raise invalid_arg(
+                f"model '{model}': warm-up '{sample}' input '{name}': data file {path} is not a "
+                f"file inside {model_dir / WARMUP_FOLDER}"
+            )
+        raw = path.read_bytes()
+        where = f"warm-up '{sample}' input '{name}'"
+        if dtype is datatypes.BYTES:
+            item = datatypes.deserialize_bytes(raw, count, where)
+        else:
+            if len(raw) < count * dtype.itemsize:
+                raise invalid_arg(
+                    f"model '{model}': {where}: data file {path} holds {len(raw)} bytes, "
+                    f"{count * dtype.itemsize} needed for dims {dims}"
+                )
+            item = np.frombuffer(raw[: count * dtype.itemsize], dtype=dtype.numpy).copy()
+        item = item.reshape(dims)
+    elif dtype is datatypes.BYTES:
+        item = np.full(dims, b"", dtype=object)
+    elif choice == "random_data":
+        rng = np.random.default_rng()
+        if dtype.numpy.kind == "f":
+            item = rng.random(dims).astype(dtype.numpy)
+        elif dtype.numpy.kind == "b":
+            item = rng.integers(0, 2, dims).astype(bool)
+        else:
+            item = rng.integers(0, 100, dims).astype(dtype.numpy)
+    else:
+        item = np.zeros(dims, dtype=dtype.numpy)
+    if rows is None:
+        return item
+    return np.repeat(item[np.newaxis, ...], rows, axis=0)
+
+
+def warmup_requests(
+    config: ModelConfig, io: ModelIO, model_dir: Path
+) -> list[tuple[str, int, PreparedRequest]]:
+    """(sample name, repeat count, request) for each ``model_warmup`` entry, built once."""
+    requests: list[tuple[str, int, PreparedRequest]] = []
+    for sample in config.model_warmup:
+        rows = max(sample.batch_size, 1) if io.batching else None
+        if rows is not None and rows > io.max_batch_size:
+            raise invalid_arg(
+                f"model '{config.name}': warm-up '{sample.name}' batch_size {rows} exceeds "
+                f"max_batch_size {io.max_batch_size}"
+            )
+        inputs: dict[str, np.ndarray] = {}
+        for name, spec in sample.inputs.items():
+            if all(s.name != name for s in io.model_inputs):
+                raise invalid_arg(
+                    f"model '{config.name}': warm-up '{sample.name}' names unknown input '{name}'"
+                )
+            inputs[name] = _array(config.name, sample.name, name, spec, rows, model_dir)
+        prepared = PreparedRequest(
+            id=f"warmup:{sample.name}",
+            inputs=inputs,
+            batch_size=rows or 1,
+            outputs=tuple(spec.name for spec in io.outputs),
+        )
+        requests.append((sample.name, max(sample.count, 1), prepared))
+    return requests
+
+
+def run_warmup(
+    model: str,
+    instance_name: str,
+    instance: BackendInstance,
+    requests: list[tuple[str, int, PreparedRequest]],
+) -> None:
+    """Run every sample ``count`` times on one instance; the first failure fails the load."""
+    for sample, count, prepared in requests:
+        for _ in range(count):
+            result = instance.execute([prepared]).results[0]
+            if isinstance(result, ServerError):
+                raise invalid_arg(
+                    f"model '{model}': warm-up '{sample}' failed on instance "
+                    f"'{instance_name}': {result.message}"
+                )
+        log.info(
+            "model '%s' instance '%s': warm-up '%s' ran %d time(s)",
+            model,
+            instance_name,
+            sample,
+            count,
+        )

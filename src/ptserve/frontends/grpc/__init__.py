@@ -1,0 +1,8 @@
+"""The ``inference.GRPCInferenceService`` frontend on ``grpc.aio``, sharing the core with HTTP."""
+
+from __future__ import annotations
+
+from ptserve.frontends.grpc.server import MAX_MESSAGE_BYTES, start_grpc_server
+from ptserve.frontends.grpc.servicer import InferenceServicer
+
+__all__ = ["MAX_MESSAGE_BYTES", "InferenceServicer", "start_grpc_server"]

@@ -1,0 +1,200 @@
+"""ModelInferRequest ↔ the core's InferRequest / InferResponse.
+
+Tensor bytes travel in ``raw_input_contents`` / ``raw_output_contents`` (decoded with the same
+helpers as HTTP's binary extension) or in the typed ``contents`` lists; shared-memory tensors are
+read and written through the core's registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from tritonclient.grpc import service_pb2 as pb
+
+from ptserve.core import datatypes, shared_memory
+from ptserve.core.datatypes import DataType
+from ptserve.core.errors import invalid_arg
+from ptserve.core.shared_memory import SharedMemoryRegistry
+from ptserve.core.types import InferRequest, InferResponse, RequestedOutput, Tensor
+from ptserve.frontends import tensors
+
+# Which typed ``contents`` list holds each datatype (FP16 and BF16 have none: raw only).
+CONTENTS_FIELD = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+
+FINAL_RESPONSE = "triton_final_response"
+
+
+def parameters_to_dict(params: Mapping[str, Any]) -> dict[str, Any]:
+    """InferParameter map → plain values, the types HTTP's JSON gives; ``triton_*`` dropped."""
+    result: dict[str, Any] = {}
+    for key, param in params.items():
+        if key.startswith("triton_"):
+            continue
+        choice = param.WhichOneof("parameter_choice")
+        result[key] = getattr(param, choice) if choice is not None else None
+    return result
+
+
+def set_parameter(target: Any, value: Any) -> None:
+    """A plain value into an InferParameter."""
+    if isinstance(value, bool):
+        target.bool_param = value
+    elif isinstance(value, int):
+        if value > 2**63 - 1:
+            target.uint64_param = value
+        else:
+            target.int64_param = value
+    elif isinstance(value, float):
+        target.double_param = value
+    else:
+        target.string_param = str(value)
+
+
+def decode_request(message: Any, registry: SharedMemoryRegistry) -> InferRequest:
+    """Decode a ModelInferRequest; every client mistake is an INVALID_ARGUMENT with a message."""
+    raw = message.raw_input_contents
+    if raw and any(i.HasField("contents") for i in message.inputs):
+        raise invalid_arg(
+            "contents field must not be specified when using raw_input_contents: send every "
+            "input either raw or typed"
+        )
+    next_raw = 0
+    inputs: list[Tensor] = []
+    for position, entry in enumerate(message.inputs):
+        name = entry.name
+        if not name:
+            raise invalid_arg(f"inputs[{position}] must have a non-empty name")
+        dt = datatypes.from_name(entry.datatype)
+        shape = tensors.check_shape(name, list(entry.shape))
+        where = f"input '{name}'"
+        params = parameters_to_dict(entry.parameters)
+        place = shared_memory.placement(where, params)
+        if place is not None:
+            if entry.HasField("contents"):
+                raise invalid_arg(f"{where} has both contents and a shared memory region")
+            data = tensors.from_raw(name, registry.read(where, place), dt, shape)
+        elif entry.HasField("contents"):
+            data = from_contents(name, entry.contents, dt, shape)
+        else:
+            if next_raw >= len(raw):
+                raise invalid_arg(
+                    f"{where} has no data: expected raw_input_contents[{next_raw}], but the "
+                    f"request carries {len(raw)} raw input(s)"
+                )
+            data = tensors.from_raw(name, raw[next_raw], dt, shape)
+            next_raw += 1
+        inputs.append(Tensor(name, dt, data))
+    if next_raw != len(raw):
+        raise invalid_arg(
+            f"the request carries {len(raw)} raw_input_contents but only {next_raw} input(s) "
+            "take their data from them"
+        )
+    outputs: list[RequestedOutput] | None = None
+    if message.outputs:
+        outputs = [_requested_output(position, o) for position, o in enumerate(message.outputs)]
+    return InferRequest(
+        model_name=message.model_name,
+        model_version=message.model_version,
+        id=message.id,
+        inputs=inputs,
+        outputs=outputs,
+        parameters=parameters_to_dict(message.parameters),
+    )
+
+
+def _requested_output(position: int, entry: Any) -> RequestedOutput:
+    name = entry.name
+    if not name:
+        raise invalid_arg(f"outputs[{position}] must have a non-empty name")
+    params = parameters_to_dict(entry.parameters)
+    classification = params.get("classification", 0)
+    if isinstance(classification, bool) or not isinstance(classification, int):
+        raise invalid_arg(f"output '{name}': classification must be an integer")
+    # Checked now so a bad placement fails before the model runs.
+    shared_memory.placement(f"output '{name}'", params)
+    return RequestedOutput(name, classification, params)
+
+
+def from_contents(name: str, contents: Any, dt: DataType, shape: tuple[int, ...]) -> np.ndarray:
+    """A tensor from the typed lists; only the list of its datatype may hold values."""
+    field = CONTENTS_FIELD.get(dt.name)
+    if field is None:
+        raise invalid_arg(
+            f"input '{name}': {dt.name} data cannot travel in typed contents; send it in "
+            "raw_input_contents"
+        )
+    stray = [f.name for f, _ in contents.ListFields() if f.name != field]
+    if stray:
+        raise invalid_arg(
+            f"input '{name}': {dt.name} data belongs in contents.{field}, but "
+            f"{', '.join(stray)} holds values"
+        )
+    values = getattr(contents, field)
+    count = datatypes.element_count(shape)
+    if len(values) != count:
+        raise invalid_arg(
+            f"input '{name}': contents.{field} has {len(values)} elements, but shape "
+            f"{list(shape)} needs {count}"
+        )
+    if dt.is_bytes:
+        array = np.empty(count, dtype=object)
+        array[:] = list(values)
+        return array.reshape(shape)
+    wide = np.array(values, dtype=_WIDE.get(dt.numpy.kind, dt.numpy))
+    if dt.numpy.kind in "iu" and count:
+        info = np.iinfo(dt.numpy)  # type: ignore[type-var]
+        low, high = int(wide.min()), int(wide.max())
+        if low < info.min or high > info.max:
+            raise invalid_arg(
+                f"input '{name}': value {low if low < info.min else high} is out of range for "
+                f"{dt.name} ({info.min} to {info.max})"
+            )
+    return wide.astype(dt.numpy, copy=False).reshape(shape)
+
+
+_WIDE = {"i": np.dtype(np.int64), "u": np.dtype(np.uint64)}
+
+
+def encode_response(
+    response: InferResponse, registry: SharedMemoryRegistry, final_flag: bool = False
+) -> Any:
+    """A ModelInferResponse with one raw_output_contents entry per output (empty for outputs
+    placed in shared memory), as clients index them by position."""
+    message = pb.ModelInferResponse(
+        model_name=response.model_name, model_version=response.model_version, id=response.id
+    )
+    for key, value in response.parameters.items():
+        set_parameter(message.parameters[key], value)
+    if final_flag:
+        message.parameters[FINAL_RESPONSE].bool_param = True
+    placements = shared_memory.output_placements(response)
+    raw_outputs: list[bytes] = []
+    for tensor in response.outputs:
+        entry = message.outputs.add()
+        entry.name = tensor.name
+        entry.datatype = tensor.datatype.name
+        entry.shape.extend(tensor.shape)
+        raw = tensors.to_raw(tensor.data, tensor.datatype)
+        place = placements.get(tensor.name)
+        if place is not None:
+            registry.write(f"output '{tensor.name}'", place, raw)
+            raw_outputs.append(b"")
+        else:
+            raw_outputs.append(raw if isinstance(raw, bytes) else raw.tobytes())
+    message.raw_output_contents.extend(raw_outputs)
+    return message

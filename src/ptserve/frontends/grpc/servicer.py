@@ -1,0 +1,204 @@
+"""``inference.GRPCInferenceService``: every RPC translated to one core call."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
+
+from ptserve.core.errors import ServerError, unsupported
+from ptserve.core.server import InferenceServer
+from ptserve.core.shared_memory import CUDA_SHM_UNSUPPORTED
+from ptserve.frontends.grpc import convert, messages
+from ptserve.frontends.grpc.status import rpc
+
+log = logging.getLogger("ptserve.grpc")
+
+EMPTY_FINAL = "triton_enable_empty_final_response"
+_END = object()  # closes the queue of stream replies
+
+
+class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
+    """Thin: decode, call the core, encode. Errors become status codes in ``status.rpc``."""
+
+    def __init__(self, server: InferenceServer) -> None:
+        self.server = server
+
+    # --- health and metadata ---------------------------------------------------------------
+
+    @rpc
+    async def ServerLive(self, request: Any, context: Any) -> Any:
+        return pb.ServerLiveResponse(live=self.server.live)
+
+    @rpc
+    async def ServerReady(self, request: Any, context: Any) -> Any:
+        return pb.ServerReadyResponse(ready=self.server.ready)
+
+    @rpc
+    async def ModelReady(self, request: Any, context: Any) -> Any:
+        ready = self.server.model_ready(request.name, request.version)
+        return pb.ModelReadyResponse(ready=ready)
+
+    @rpc
+    async def ServerMetadata(self, request: Any, context: Any) -> Any:
+        return messages.server_metadata(self.server.metadata())
+
+    @rpc
+    async def ModelMetadata(self, request: Any, context: Any) -> Any:
+        return messages.model_metadata(self.server.model_metadata(request.name, request.version))
+
+    @rpc
+    async def ModelConfig(self, request: Any, context: Any) -> Any:
+        config = self.server.model_version(request.name, request.version).config
+        return pb.ModelConfigResponse(config=config)
+
+    @rpc
+    async def ModelStatistics(self, request: Any, context: Any) -> Any:
+        return messages.model_statistics(self.server.statistics(request.name, request.version))
+
+    # --- inference -------------------------------------------------------------------------
+
+    async def _infer(self, request: Any) -> Any:
+        decoded = convert.decode_request(request, self.server.shared_memory)
+        response = await self.server.infer(decoded)
+        return convert.encode_response(response, self.server.shared_memory)
+
+    @rpc
+    async def ModelInfer(self, request: Any, context: Any) -> Any:
+        return await self._infer(request)
+
+    async def ModelStreamInfer(
+        self, request_iterator: AsyncIterator[Any], context: Any
+    ) -> AsyncIterator[Any]:
+        """Requests of one stream run concurrently (each is queued as soon as it arrives, so
+        their order into the scheduler is the stream's order); responses go back as they
+        finish. A failed request answers with ``error_message`` and the stream stays open."""
+        replies: asyncio.Queue[Any] = asyncio.Queue()
+        pending: set[asyncio.Task[None]] = set()
+
+        async def answer(request: Any) -> None:
+            final = _wants_final_flag(request)
+            try:
+                decoded = convert.decode_request(request, self.server.shared_memory)
+                response = await self.server.infer(decoded)
+                message = convert.encode_response(response, self.server.shared_memory, final)
+                reply = pb.ModelStreamInferResponse(infer_response=message)
+            except ServerError as exc:
+                reply = _stream_error(request, exc.message)
+            except Exception as exc:
+                log.exception("stream request failed")
+                reply = _stream_error(request, f"internal error: {exc!r}")
+            replies.put_nowait(reply)
+
+        async def read() -> None:
+            try:
+                async for request in request_iterator:
+                    task = asyncio.create_task(answer(request))
+                    pending.add(task)
+                    task.add_done_callback(pending.discard)
+                if pending:
+                    await asyncio.gather(*pending)
+            finally:
+                replies.put_nowait(_END)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (reply := await replies.get()) is not _END:
+                yield reply
+            await reader  # surfaces a failure of the incoming side
+        finally:
+            reader.cancel()
+            for task in list(pending):
+                task.cancel()
+
+    # --- repository ------------------------------------------------------------------------
+
+    @rpc
+    async def RepositoryIndex(self, request: Any, context: Any) -> Any:
+        return messages.repository_index(self.server.repository_index(request.ready))
+
+    @rpc
+    async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
+        params = request.parameters
+        config = params["config"].string_param if "config" in params else None
+        files = {k[5:]: v.bytes_param for k, v in params.items() if k.startswith("file:")}
+        await self.server.load_model(request.model_name, config, files)
+        return pb.RepositoryModelLoadResponse()
+
+    @rpc
+    async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
+        params = request.parameters
+        dependents = "unload_dependents" in params and params["unload_dependents"].bool_param
+        await self.server.unload_model(request.model_name, bool(dependents))
+        return pb.RepositoryModelUnloadResponse()
+
+    # --- shared memory ---------------------------------------------------------------------
+
+    @rpc
+    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        return messages.system_shm_status(self.server.shared_memory.status(request.name))
+
+    @rpc
+    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        self.server.shared_memory.register(
+            request.name, request.key, request.offset, request.byte_size
+        )
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    @rpc
+    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        self.server.shared_memory.unregister(request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    @rpc
+    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        if request.name:
+            raise unsupported(CUDA_SHM_UNSUPPORTED)
+        return pb.CudaSharedMemoryStatusResponse()
+
+    @rpc
+    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        raise unsupported(CUDA_SHM_UNSUPPORTED)
+
+    @rpc
+    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        # Nothing can be registered, so unregistering (all, or a name) has nothing to do.
+        return pb.CudaSharedMemoryUnregisterResponse()
+
+    # --- settings --------------------------------------------------------------------------
+
+    @rpc
+    async def TraceSetting(self, request: Any, context: Any) -> Any:
+        if request.settings:
+            changes = messages.trace_settings_request(request.settings)
+            settings = self.server.update_trace_settings(changes, request.model_name)
+        else:
+            settings = self.server.get_trace_settings(request.model_name)
+        return messages.trace_settings_response(settings)
+
+    @rpc
+    async def LogSettings(self, request: Any, context: Any) -> Any:
+        if request.settings:
+            changes = messages.log_settings_request(request.settings)
+            settings = self.server.update_log_settings(changes)
+        else:
+            settings = self.server.log_settings()
+        return messages.log_settings_response(settings)
+
+
+def _wants_final_flag(request: Any) -> bool:
+    param = request.parameters.get(EMPTY_FINAL)
+    return bool(param is not None and param.bool_param)
+
+
+def _stream_error(request: Any, message: str) -> Any:
+    """An error reply that still names the request, so a client can match it."""
+    reply = pb.ModelStreamInferResponse(error_message=message)
+    reply.infer_response.id = request.id
+    reply.infer_response.model_name = request.model_name
+    reply.infer_response.model_version = request.model_version
+    return reply

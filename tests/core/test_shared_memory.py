@@ -1,0 +1,75 @@
+"""The core's system shared-memory registry, on files of a temporary folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ptserve.core.errors import ServerError, Status
+from ptserve.core.shared_memory import Placement, SharedMemoryRegistry, placement
+
+
+@pytest.fixture()
+def registry(tmp_path: Path) -> SharedMemoryRegistry:
+    (tmp_path / "data").write_bytes(bytes(range(32)))
+    return SharedMemoryRegistry(True, root=tmp_path)
+
+
+def _status(error: pytest.ExceptionInfo[ServerError]) -> Status:
+    return error.value.status
+
+
+def test_read_and_write_inside_the_window(registry: SharedMemoryRegistry, tmp_path: Path) -> None:
+    registry.register("r", "/data", 8, 16)
+    assert registry.read("input 'x'", Placement("r", 4, 2)) == bytes([10, 11, 12, 13])
+    registry.write("output 'y'", Placement("r", 4, 12), b"\xff\xfe")
+    assert (tmp_path / "data").read_bytes()[20:23] == b"\xff\xfe\x16"
+    assert [s.name for s in registry.status()] == ["r"]
+
+
+def test_bounds_and_unknown_regions(registry: SharedMemoryRegistry) -> None:
+    registry.register("r", "data", 0, 8)
+    with pytest.raises(ServerError) as error:
+        registry.read("input 'x'", Placement("r", 8, 4))
+    assert _status(error) is Status.INVALID_ARGUMENT
+    assert "outside shared memory region 'r' of 8 bytes" in error.value.message
+    with pytest.raises(ServerError) as error:
+        registry.write("output 'y'", Placement("r", 2), b"abc")
+    assert "needs 3 bytes" in error.value.message
+    with pytest.raises(ServerError) as error:
+        registry.read("input 'x'", Placement("nope", 1))
+    assert _status(error) is Status.NOT_FOUND
+    with pytest.raises(ServerError) as error:
+        registry.register("big", "data", 30, 8)
+    assert "exceeds the 32 bytes" in error.value.message
+    with pytest.raises(ServerError) as error:
+        registry.register("r", "data", 0, 8)
+    assert _status(error) is Status.ALREADY_EXISTS
+    with pytest.raises(ServerError) as error:
+        registry.register("bad", "../etc/passwd", 0, 8)
+    assert "invalid shared memory key" in error.value.message
+    registry.unregister("r")
+    registry.unregister("r")  # unknown names are a no-op, like the reference
+    assert registry.status() == []
+
+
+def test_disabled_registry_refuses(tmp_path: Path) -> None:
+    registry = SharedMemoryRegistry(False, root=tmp_path)
+    with pytest.raises(ServerError) as error:
+        registry.register("r", "data", 0, 8)
+    assert _status(error) is Status.UNAVAILABLE
+    assert "--allow-client-shm" in error.value.message
+
+
+def test_placement_parameters() -> None:
+    assert placement("input 'x'", {}) is None
+    found = placement(
+        "input 'x'",
+        {"shared_memory_region": "r", "shared_memory_byte_size": 4, "shared_memory_offset": 2},
+    )
+    assert found == Placement("r", 4, 2)
+    with pytest.raises(ServerError, match="needs shared_memory_byte_size"):
+        placement("input 'x'", {"shared_memory_region": "r"})
+    with pytest.raises(ServerError, match="non-negative integer"):
+        placement("input 'x'", {"shared_memory_region": "r", "shared_memory_byte_size": -1})
