@@ -1,6 +1,7 @@
-"""Serving overhead: the example MLP and CNN served over HTTP vs. the same model in-process.
+"""Serving overhead: the example MLP and CNN served over HTTP and gRPC vs. in-process.
 
     python -m benchmarks.serving [--repository DIR] [--concurrency 1 8] [--seconds 5]
+                                 [--protocols http grpc]
 
 Uses perf_analyzer (binary tensors) when it is installed (``PERF_ANALYZER`` or
 ``~/.cache/perf-analyzer/perf_analyzer``), else a built-in tritonclient load loop. Figures are
@@ -137,42 +138,48 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--models", nargs="+", default=["mlp", "cnn"])
     parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 8])
     parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--protocol", choices=["http", "grpc"], default="http")
+    parser.add_argument("--protocols", nargs="+", choices=["http", "grpc"], default=["http"])
+    parser.add_argument("--threads", type=int, default=1, help="torch threads, both sides")
     parser.add_argument("--builtin", action="store_true", help="do not use perf_analyzer")
     args = parser.parse_args(argv)
 
     repository = args.repository or Path(tempfile.mkdtemp(prefix="ptserve-bench-"))
     if not (repository / "mlp").is_dir():
         build_example_repository(repository)
+    torch.set_num_threads(args.threads)
     analyzer = None if args.builtin else perf_analyzer_path()
     print(
         f"load generator: {analyzer or 'built-in tritonclient loop'}; torch threads: "
-        f"{torch.get_num_threads()}",
+        f"{args.threads}",
         file=sys.stderr,
     )
     print(
-        "| model | concurrency | served p50 µs | served p99 µs | served inf/s "
+        "| model | protocol | concurrency | served p50 µs | served p99 µs | served inf/s "
         "| in-process p50 µs | in-process inf/s | p50 overhead µs |"
     )
-    print("|---|---|---|---|---|---|---|---|")
-    with ServerProcess([repository], ["--log-info=false"]) as server:
-        url = server.grpc_url if args.protocol == "grpc" else server.http_url
+    print("|---|---|---|---|---|---|---|---|---|")
+    env = {"OMP_NUM_THREADS": str(args.threads)}
+    with ServerProcess([repository], ["--log-info=false"], env=env) as server:
         for model in args.models:
             for concurrency in args.concurrency:
                 baseline = in_process(repository, model, args.seconds)
-                if analyzer:
-                    served = served_perf_analyzer(
-                        analyzer, url, model, concurrency, args.seconds, args.protocol
+                for protocol in args.protocols:
+                    url = server.grpc_url if protocol == "grpc" else server.http_url
+                    if analyzer:
+                        served = served_perf_analyzer(
+                            analyzer, url, model, concurrency, args.seconds, protocol
+                        )
+                    elif protocol == "http":
+                        served = served_builtin(url, model, concurrency, args.seconds)
+                    else:
+                        raise SystemExit("the gRPC measurement needs perf_analyzer")
+                    print(
+                        f"| {model} | {protocol} | {concurrency} | {served['p50_us']:.0f} | "
+                        f"{served['p99_us']:.0f} | {served['throughput']:.0f} | "
+                        f"{baseline['p50_us']:.0f} | {baseline['throughput']:.0f} | "
+                        f"{served['p50_us'] - baseline['p50_us']:.0f} |",
+                        flush=True,
                     )
-                else:
-                    served = served_builtin(url, model, concurrency, args.seconds)
-                print(
-                    f"| {model} | {concurrency} | {served['p50_us']:.0f} | "
-                    f"{served['p99_us']:.0f} | {served['throughput']:.0f} | "
-                    f"{baseline['p50_us']:.0f} | {baseline['throughput']:.0f} | "
-                    f"{served['p50_us'] - baseline['p50_us']:.0f} |",
-                    flush=True,
-                )
 
 
 if __name__ == "__main__":

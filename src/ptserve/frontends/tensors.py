@@ -90,16 +90,23 @@ def from_json(name: str, data: Any, dt: DataType, shape: tuple[int, ...]) -> np.
             if not _all_ints(flat):
                 raise _type_error(name, dt, values)
             values = np.array(flat, dtype=object)
-        info = np.iinfo(dt.numpy)  # type: ignore[type-var]
-        low, high = int(values.min()), int(values.max())
-        if low < info.min or high > info.max:
-            raise invalid_arg(
-                f"input '{name}': value {low if low < info.min else high} is out of range for "
-                f"{dt.name} ({info.min} to {info.max})"
-            )
+        check_integer_range(name, dt, values)
     elif kind not in "iuf":
         raise _type_error(name, dt, values)
     return values.astype(dt.numpy).reshape(shape)
+
+
+def check_integer_range(name: str, dt: DataType, values: np.ndarray) -> None:
+    """Integers must fit the declared type: no silent wrap-around."""
+    if not values.size:
+        return
+    info = np.iinfo(dt.numpy)  # type: ignore[type-var]
+    low, high = int(values.min()), int(values.max())
+    if low < info.min or high > info.max:
+        raise invalid_arg(
+            f"input '{name}': value {low if low < info.min else high} is out of range for "
+            f"{dt.name} ({info.min} to {info.max})"
+        )
 
 
 def _all_ints(values: list[Any]) -> bool:

@@ -156,14 +156,8 @@ def from_contents(name: str, contents: Any, dt: DataType, shape: tuple[int, ...]
         array[:] = list(values)
         return array.reshape(shape)
     wide = np.array(values, dtype=_WIDE.get(dt.numpy.kind, dt.numpy))
-    if dt.numpy.kind in "iu" and count:
-        info = np.iinfo(dt.numpy)  # type: ignore[type-var]
-        low, high = int(wide.min()), int(wide.max())
-        if low < info.min or high > info.max:
-            raise invalid_arg(
-                f"input '{name}': value {low if low < info.min else high} is out of range for "
-                f"{dt.name} ({info.min} to {info.max})"
-            )
+    if dt.numpy.kind in "iu":
+        tensors.check_integer_range(name, dt, wide)
     return wide.astype(dt.numpy, copy=False).reshape(shape)
 
 
