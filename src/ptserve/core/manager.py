@@ -185,13 +185,13 @@ class ModelManager:
         """The version a request addresses: the newest ready one when ``version`` is empty."""
         model = self.get_model(name)
         if not version:
-            ready = model.ready_versions()
-            if not ready:
+            newest = model.newest_ready()
+            if newest is None:
                 reason = f": {model.reason}" if model.reason else ""
                 raise unavailable(
                     f"Request for unknown model: '{name}' has no available versions{reason}"
                 )
-            return ready[-1]
+            return newest
         try:
             number = int(version)
         except ValueError:

@@ -175,3 +175,11 @@ class Model:
 
     def ready_versions(self) -> list[ModelVersion]:
         return [v for _, v in sorted(self.versions.items()) if v.ready]
+
+    def newest_ready(self) -> ModelVersion | None:
+        """The version an unversioned request goes to (on every request: no sorting)."""
+        best: ModelVersion | None = None
+        for number, version in self.versions.items():
+            if version.ready and (best is None or number > best.version):
+                best = version
+        return best
