@@ -205,6 +205,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="largest request body accepted, after decompression (bytes, default 64 MB)",
     )
     http.add_argument(
+        "--http-read-timeout-secs",
+        type=float,
+        default=60.0,
+        help="answer 408 and close when a request takes longer to arrive (0: no limit)",
+    )
+    http.add_argument(
         "--http-restricted-api",
         action="append",
         type=_restriction,
@@ -342,6 +348,7 @@ async def serve(args: argparse.Namespace) -> int:
             args.http_max_input_size,
             restrictions,
             _http_ssl(args),
+            args.http_read_timeout_secs,
         )
         listeners.append(http)
         log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)

@@ -6,7 +6,9 @@ import gzip
 import json
 import socket
 import struct
+import time
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -355,3 +357,18 @@ def test_malformed_http_is_answered(http_server: ServerProcess) -> None:
         reply = sock.recv(65536)
     assert reply.startswith(b"HTTP/1.1 400")
     assert request(http_server.http_url, "GET", "/v2/health/live")[0] == 200
+
+
+def test_half_sent_body_times_out(example_repository: Path) -> None:
+    with ServerProcess([example_repository], ["--http-read-timeout-secs", "1"]) as server:
+        host, port = server.http_url.split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(b"POST " + INFER.encode() + b" HTTP/1.1\r\nContent-Length: 100\r\n\r\n{")
+            started = time.monotonic()
+            reply = sock.recv(65536)
+            waited = time.monotonic() - started
+        assert reply.startswith(b"HTTP/1.1 408")
+        assert b"not received completely within 1 s" in reply
+        assert 0.5 < waited < 20
+        # A slow but complete request on another connection is still answered.
+        assert post(server, simple_body())[0] == 200

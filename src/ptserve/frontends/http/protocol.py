@@ -26,6 +26,8 @@ _SMALL_BODY = 1 << 16
 # After refusing a request, how much more of it is read (and dropped) before closing.
 _LINGER_BYTES = 256 << 20
 _LINGER_SECONDS = 5.0
+# How long one request may take to arrive, from its first byte to its last.
+DEFAULT_READ_TIMEOUT = 60.0
 
 
 @dataclass(slots=True)
@@ -88,9 +90,13 @@ def serialize(response: HttpResponse, keep_alive: bool) -> list[bytes | memoryvi
 class HttpProtocol(asyncio.Protocol):
     """One connection: parses requests in order and answers them in the same order."""
 
-    def __init__(self, handler: Handler, max_body: int) -> None:
+    def __init__(
+        self, handler: Handler, max_body: int, read_timeout: float = DEFAULT_READ_TIMEOUT
+    ) -> None:
         self.handler = handler
         self.max_body = max_body
+        self.read_timeout = read_timeout
+        self._read_timer: asyncio.TimerHandle | None = None
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpRequestParser(self)
         self.pending: collections.deque[HttpRequest] = collections.deque()
@@ -115,6 +121,9 @@ class HttpProtocol(asyncio.Protocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
         if self._linger_timer is not None:
             self._linger_timer.cancel()
             self._linger_timer = None
@@ -144,6 +153,18 @@ class HttpProtocol(asyncio.Protocol):
         self._headers = {}
         self._current = None
         self._discard = False
+        if self.read_timeout > 0:
+            loop = asyncio.get_running_loop()
+            self._read_timer = loop.call_later(self.read_timeout, self._read_timed_out)
+
+    def _read_timed_out(self) -> None:
+        """A request that started but did not arrive whole in time (a slow or stalled client)."""
+        self._read_timer = None
+        self._fail(
+            408,
+            f"the request was not received completely within {self.read_timeout:g} s "
+            "(--http-read-timeout-secs)",
+        )
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -187,6 +208,9 @@ class HttpProtocol(asyncio.Protocol):
             )
 
     def on_message_complete(self) -> None:
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
         request = self._current
         self._current = None
         if request is None or self._discard or self.closed:
