@@ -206,3 +206,75 @@ def test_load_model_needs_explicit_mode(tmp_path: Path) -> None:
     server = ServerProcess([repository], ["--load-model", "simple"]).start(wait=None)
     assert server.wait_exit() == 2
     assert "only allowed with --model-control-mode=explicit" in server.log()
+
+
+def test_repository_api_over_grpc(tmp_path: Path) -> None:
+    import tritonclient.grpc as grpcclient
+
+    repository = tmp_path / "repo"
+    write_slow(repository, "scaled", {1: 1.0, 2: 2.0}, iterations=1)
+    broken_model(repository)
+    with ServerProcess([repository], ["--model-control-mode", "explicit"]) as server:
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        index = {e.name: e for e in client.get_model_repository_index().models}
+        assert set(index) == {"broken", "scaled"}
+        assert not index["scaled"].state  # in the repository, never loaded
+
+        client.load_model("scaled")
+        assert client.is_model_ready("scaled", "2")
+        states = {(e.name, e.version): e.state for e in client.get_model_repository_index().models}
+        assert states[("scaled", "2")] == "READY"
+
+        config = json.dumps(
+            {
+                "name": "scaled",
+                "platform": "pytorch_libtorch",
+                "max_batch_size": 8,
+                "version_policy": {"specific": {"versions": [1]}},
+                "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]}],
+                "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]}],
+            }
+        )
+        client.load_model("scaled", config=config)
+        assert client.is_model_ready("scaled", "1")
+        assert client.get_model_metadata("scaled").versions == ["1"]
+
+        saved = tmp_path / "upload.pt"
+        torch.jit.save(torch.jit.script(Slow(7.0, 1)), str(saved))
+        uploaded = config.replace('"scaled"', '"uploaded"').replace(
+            '{"specific": {"versions": [1]}}', '{"latest": {"num_versions": 1}}'
+        )
+        client.load_model(
+            "uploaded", config=uploaded, files={"file:3/model.pt": saved.read_bytes()}
+        )
+        assert client.get_model_metadata("uploaded").versions == ["3"]
+        assert infer_scaled(httpclient.InferenceServerClient(server.http_url), "uploaded") == 7.0
+
+        with pytest.raises(InferenceServerException) as failed:
+            client.load_model("broken")
+        assert "as TorchScript" in str(failed.value)
+        assert failed.value.status() == "StatusCode.INVALID_ARGUMENT"
+
+        client.unload_model("scaled", unload_dependents=True)
+        assert not client.is_model_ready("scaled")
+        import grpc
+        from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+        with grpc.insecure_channel(server.grpc_url) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            reply = stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(ready=True))
+        assert [(e.name, e.version) for e in reply.models] == [("uploaded", "3")]
+
+
+def test_repository_api_refused_over_grpc_in_none_mode(tmp_path: Path) -> None:
+    import tritonclient.grpc as grpcclient
+
+    repository = tmp_path / "repo"
+    write_slow(repository, "scaled", {1: 1.0}, iterations=1)
+    with ServerProcess([repository]) as server:
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        with pytest.raises(InferenceServerException) as refused:
+            client.unload_model("scaled")
+        assert "explicit model load / unload is not allowed" in str(refused.value)
+        assert refused.value.status() == "StatusCode.UNAVAILABLE"
+        assert client.is_model_ready("scaled")
