@@ -14,7 +14,12 @@ from ptserve import __version__, logging_setup
 from ptserve.core.control import CONTROL_MODES
 from ptserve.core.errors import ServerError
 from ptserve.core.server import InferenceServer, ServerOptions
-from ptserve.frontends.grpc import start_grpc_server
+from ptserve.frontends.grpc import (
+    parse_protocol_restriction,
+    protocol_restrictions,
+    server_credentials,
+    start_grpc_server,
+)
 from ptserve.frontends.http import (
     DEFAULT_MAX_INPUT_SIZE,
     Restrictions,
@@ -81,6 +86,24 @@ def _restriction(value: str) -> Any:
         return parse_restriction(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _protocol_restriction(value: str) -> Any:
+    try:
+        return parse_protocol_restriction(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _grpc_credentials(args: argparse.Namespace) -> Any:
+    if not (args.grpc_use_ssl or args.grpc_use_ssl_mutual):
+        return None
+    if not args.grpc_server_cert or not args.grpc_server_key:
+        raise SystemExit("--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key")
+    if args.grpc_use_ssl_mutual and not args.grpc_root_cert:
+        raise SystemExit("--grpc-use-ssl-mutual needs --grpc-root-cert")
+    root = args.grpc_root_cert if args.grpc_use_ssl_mutual else ""
+    return server_credentials(args.grpc_server_cert, args.grpc_server_key, root)
 
 
 def _http_ssl(args: argparse.Namespace) -> Any:
@@ -233,6 +256,25 @@ def build_parser() -> argparse.ArgumentParser:
     grpc.add_argument("--allow-grpc", default=True, **bool_flag)
     grpc.add_argument("--grpc-port", type=int, default=8001)
     grpc.add_argument("--grpc-address", default="0.0.0.0")
+    grpc.add_argument(
+        "--grpc-restricted-protocol",
+        action="append",
+        type=_protocol_restriction,
+        default=[],
+        metavar="PROTOCOL[,PROTOCOL...]:KEY=VALUE",
+        help="answer PERMISSION_DENIED for these protocol groups unless the call carries "
+        "metadata triton-grpc-protocol-KEY equal to VALUE (repeatable)",
+    )
+    grpc.add_argument("--grpc-use-ssl", default=False, **bool_flag, help="serve gRPC over TLS")
+    grpc.add_argument("--grpc-server-cert", default="", help="PEM certificate for gRPC TLS")
+    grpc.add_argument("--grpc-server-key", default="", help="PEM private key for gRPC TLS")
+    grpc.add_argument("--grpc-root-cert", default="", help="PEM CA that signs client certs")
+    grpc.add_argument(
+        "--grpc-use-ssl-mutual",
+        default=False,
+        **bool_flag,
+        help="require client certificates signed by --grpc-root-cert",
+    )
 
     metrics = parser.add_argument_group("Metrics")
     metrics.add_argument("--allow-metrics", default=True, **bool_flag)
@@ -355,8 +397,14 @@ async def serve(args: argparse.Namespace) -> int:
     grpc_server: Any = None
     if args.allow_grpc:
         try:
-            grpc_server = await start_grpc_server(server, args.grpc_address, args.grpc_port)
-        except OSError as exc:
+            grpc_server = await start_grpc_server(
+                server,
+                args.grpc_address,
+                args.grpc_port,
+                protocol_restrictions(list(args.grpc_restricted_protocol)),
+                _grpc_credentials(args),
+            )
+        except (OSError, ValueError) as exc:
             log.error("%s", exc)
             for listener in listeners:
                 listener.close()

@@ -10,9 +10,13 @@ from ptserve.core import datatypes
 from ptserve.core.datatypes import DataType
 from ptserve.core.errors import invalid_arg
 
+# More elements than any real tensor has; a shape beyond it (even one with a zero dimension)
+# would make numpy raise instead of the decoder answering the client.
+MAX_ELEMENTS = 2**48
+
 
 def check_shape(name: str, shape: Any) -> tuple[int, ...]:
-    """A shape must be a list of non-negative integers."""
+    """A shape must be a list of non-negative integers that numpy can address."""
     if not isinstance(shape, list | tuple):
         raise invalid_arg(
             f"input '{name}': 'shape' must be a list of integers, got {type(shape).__name__}"
@@ -26,6 +30,10 @@ def check_shape(name: str, shape: Any) -> tuple[int, ...]:
         if dim < 0:
             raise invalid_arg(f"input '{name}': 'shape' {list(shape)} has a negative dimension")
         result.append(dim)
+    if datatypes.element_count([dim for dim in result if dim]) > MAX_ELEMENTS:
+        raise invalid_arg(
+            f"input '{name}': 'shape' {result} is too large (more than {MAX_ELEMENTS} elements)"
+        )
     return tuple(result)
 
 
@@ -35,6 +43,11 @@ def from_raw(
     """A tensor from its little-endian, row-major bytes (length-prefixed elements for BYTES)."""
     count = datatypes.element_count(shape)
     if dt.is_bytes:
+        if count * 4 > len(raw):  # before allocating: every element has a 4-byte length prefix
+            raise invalid_arg(
+                f"input '{name}': shape {list(shape)} needs {count} BYTES elements of at least "
+                f"4 bytes each, but the data has only {len(raw)} bytes"
+            )
         return datatypes.deserialize_bytes(raw, count, f"input '{name}'").reshape(shape)
     expected = count * dt.itemsize
     if len(raw) != expected:

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from ptserve.frontends.grpc.server import MAX_MESSAGE_BYTES, start_grpc_server
+from ptserve.frontends.grpc.guard import parse_protocol_restriction, protocol_restrictions
+from ptserve.frontends.grpc.server import MAX_MESSAGE_BYTES, server_credentials, start_grpc_server
 from ptserve.frontends.grpc.servicer import InferenceServicer
 
-__all__ = ["MAX_MESSAGE_BYTES", "InferenceServicer", "start_grpc_server"]
+__all__ = [
+    "MAX_MESSAGE_BYTES",
+    "InferenceServicer",
+    "parse_protocol_restriction",
+    "protocol_restrictions",
+    "server_credentials",
+    "start_grpc_server",
+]

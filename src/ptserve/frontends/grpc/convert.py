@@ -51,10 +51,10 @@ def parameters_to_dict(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def set_parameter(target: Any, value: Any) -> None:
-    """A plain value into an InferParameter."""
+    """A plain value into an InferParameter; an integer no 64-bit member holds goes as text."""
     if isinstance(value, bool):
         target.bool_param = value
-    elif isinstance(value, int):
+    elif isinstance(value, int) and -(2**63) <= value < 2**64:
         if value > 2**63 - 1:
             target.uint64_param = value
         else:

@@ -15,6 +15,7 @@ import grpc
 from ptserve.core.server import InferenceServer
 
 SERVICE = "grpc.health.v1.Health"
+REQUEST_TYPE = "grpc.health.v1.HealthCheckRequest"
 SERVING = 1
 NOT_SERVING = 2
 KNOWN_SERVICES = ("", "inference.GRPCInferenceService")
@@ -58,8 +59,8 @@ def _varint(data: bytes, position: int) -> tuple[int, int]:
         shift += 7
 
 
-def health_handler(server: InferenceServer) -> Any:
-    """A generic handler answering Check from the core's readiness."""
+def health_handlers(server: InferenceServer) -> dict[str, Any]:
+    """The service's method handlers: Check answers from the core's readiness."""
 
     async def check(service: str, context: Any) -> int:
         if service not in KNOWN_SERVICES:
@@ -69,4 +70,4 @@ def health_handler(server: InferenceServer) -> Any:
     handler = grpc.unary_unary_rpc_method_handler(
         check, request_deserializer=decode_service, response_serializer=encode_status
     )
-    return grpc.method_handlers_generic_handler(SERVICE, {"Check": handler})
+    return {"Check": handler}

@@ -1,0 +1,133 @@
+"""One gate in front of every RPC, health included: protocol restrictions
+(``--grpc-restricted-protocol``) and request messages that do not parse.
+
+grpc would answer an unparsable message with UNKNOWN; wrapping each method's deserializer turns
+it into INVALID_ARGUMENT naming the message type, before any servicer code runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+import grpc
+
+from ptserve.frontends.restrictions import Restriction, Restrictions, parse_restriction
+
+KIND = "protocol"
+HEADER_PREFIX = "triton-grpc-protocol-"
+
+# The restriction group of every RPC of inference.GRPCInferenceService, by method name.
+PROTOCOL_OF = {
+    "ServerLive": "health",
+    "ServerReady": "health",
+    "ModelReady": "health",
+    "ServerMetadata": "metadata",
+    "ModelMetadata": "metadata",
+    "ModelInfer": "inference",
+    "ModelStreamInfer": "inference",
+    "ModelConfig": "model-config",
+    "ModelStatistics": "statistics",
+    "RepositoryIndex": "model-repository",
+    "RepositoryModelLoad": "model-repository",
+    "RepositoryModelUnload": "model-repository",
+    "SystemSharedMemoryStatus": "shared-memory",
+    "SystemSharedMemoryRegister": "shared-memory",
+    "SystemSharedMemoryUnregister": "shared-memory",
+    "CudaSharedMemoryStatus": "shared-memory",
+    "CudaSharedMemoryRegister": "shared-memory",
+    "CudaSharedMemoryUnregister": "shared-memory",
+    "TraceSetting": "trace",
+    "LogSettings": "logging",
+}
+
+
+def parse_protocol_restriction(spec: str) -> Restriction:
+    """``<protocol>[,<protocol>...]:<key>=<value>``; clients send ``triton-grpc-protocol-<key>``."""
+    return parse_restriction(spec, KIND, HEADER_PREFIX)
+
+
+def protocol_restrictions(restrictions: list[Restriction]) -> Restrictions:
+    """Raises ValueError when a protocol group is restricted twice."""
+    return Restrictions(restrictions, KIND)
+
+
+class Unparsable:
+    """Stands in for a request message that failed to parse, so the guard can refuse it."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+def _lenient(deserializer: Callable[[bytes], Any] | None, what: str) -> Callable[[bytes], Any]:
+    def parse(data: bytes) -> Any:
+        if deserializer is None:
+            return data
+        try:
+            return deserializer(data)
+        except Exception as exc:  # protobuf's DecodeError, or a hand-written decoder's error
+            return Unparsable(f"the request is not a valid {what} message: {exc}")
+
+    return parse
+
+
+async def _refusal(context: Any, group: str | None, restrictions: Restrictions) -> None:
+    """Abort the call when the protocol is restricted and the metadata lacks the value."""
+    if group is None or group not in restrictions.by_group:
+        return
+    metadata = {key: value for key, value in context.invocation_metadata() or ()}
+    denial = restrictions.check(group, metadata)
+    if denial is not None:
+        await context.abort(grpc.StatusCode.PERMISSION_DENIED, denial)
+
+
+async def _reject_unparsable(request: Any, context: Any) -> None:
+    if isinstance(request, Unparsable):
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+
+
+def guard_handler(
+    handler: Any, what: str, group: str | None, restrictions: Restrictions
+) -> grpc.RpcMethodHandler:
+    """``handler`` with a lenient deserializer and the checks run before its behaviour."""
+    deserialize = _lenient(handler.request_deserializer, what)
+    serialize = handler.response_serializer
+    if handler.unary_unary is not None:
+        behaviour = handler.unary_unary
+
+        async def unary(request: Any, context: Any) -> Any:
+            await _refusal(context, group, restrictions)
+            await _reject_unparsable(request, context)
+            return await behaviour(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(unary, deserialize, serialize)
+    if handler.stream_stream is not None:
+        stream_behaviour = handler.stream_stream
+
+        async def checked(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+            async for request in requests:
+                await _reject_unparsable(request, context)
+                yield request
+
+        async def stream(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+            await _refusal(context, group, restrictions)
+            async for reply in stream_behaviour(checked(requests, context), context):
+                yield reply
+
+        return grpc.stream_stream_rpc_method_handler(stream, deserialize, serialize)
+    raise TypeError(f"no guard for the kind of method {what}")  # the service has no others
+
+
+def guard_service(
+    handlers: Mapping[str, Any],
+    request_types: Mapping[str, str],
+    groups: Mapping[str, str],
+    restrictions: Restrictions,
+) -> dict[str, grpc.RpcMethodHandler]:
+    """Every method handler of a service, guarded."""
+    return {
+        name: guard_handler(handler, request_types.get(name, name), groups.get(name), restrictions)
+        for name, handler in handlers.items()
+    }
