@@ -187,7 +187,10 @@ class ModelManager:
         if not version:
             newest = model.newest_ready()
             if newest is None:
-                reason = f": {model.reason}" if model.reason else ""
+                why = model.reason or "; ".join(
+                    v.stuck_reason for v in model.versions.values() if v.stuck_reason
+                )
+                reason = f": {why}" if why else ""
                 raise unavailable(
                     f"Request for unknown model: '{name}' has no available versions{reason}"
                 )
@@ -213,7 +216,7 @@ class ModelManager:
 def _retire(model: Model, timeout: float | None = None) -> None:
     """Retire the versions still serving or loading, then drop an uploaded model's files."""
     for version in model.versions.values():
-        if version.state in (State.READY, State.LOADING, State.UNLOADING):
+        if version.state in (State.READY, State.LOADING, State.UNLOADING) or version.stuck_reason:
             version.retire(timeout)
     _remove_temp(model)
 

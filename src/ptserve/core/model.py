@@ -17,12 +17,14 @@ from ptserve.backends.base import (
     LoadContext,
 )
 from ptserve.config.parse import ModelConfig
+from ptserve.core.errors import unavailable
 from ptserve.core.iospec import ModelIO
 from ptserve.core.prepared import PreparedRequest
 from ptserve.core.stats import ModelStats
 from ptserve.core.warmup import run_warmup
 from ptserve.scheduling.base import Scheduler
 from ptserve.scheduling.factory import make_scheduler
+from ptserve.scheduling.watchdog import Watchdog, execution_timeout_ms
 from ptserve.scheduling.work import WorkItem
 from ptserve.scheduling.worker import InstanceWorker
 
@@ -73,6 +75,8 @@ class ModelVersion:
     # Requests between lookup and answer: a version retires only once they are all answered.
     inflight: int = 0
     requests: set[WorkItem] = field(default_factory=set)  # queued or running (for metrics)
+    watchdog: Watchdog | None = None  # with EXECUTION_TIMEOUT_MS
+    stuck_reason: str = ""  # set while every instance is stuck past the execution timeout
     _gate: threading.Condition = field(default_factory=threading.Condition)
 
     @property
@@ -100,8 +104,9 @@ class ModelVersion:
     def retire(self, timeout: float | None = None) -> None:
         """Take no new requests, wait for those in flight (up to ``timeout``), then unload."""
         with self._gate:
-            if self.state is State.READY:
+            if self.state is State.READY or self.stuck_reason:
                 self.state = State.UNLOADING
+                self.stuck_reason = ""
             self._gate.wait_for(lambda: self.inflight == 0, timeout)
         self.unload(timeout)
 
@@ -120,6 +125,7 @@ class ModelVersion:
             backend_config=backend_config,
         )
         try:
+            timeout_ms = execution_timeout_ms(self.config)
             self.backend_model = backend.load(context)
             for spec in instance_specs(self.config):
                 instances.append((spec, self.backend_model.create_instance(spec)))
@@ -129,6 +135,17 @@ class ModelVersion:
             for index, (spec, instance) in enumerate(instances):
                 worker = InstanceWorker(spec.name, index, instance, self.scheduler, self.stats)
                 self.workers.append(worker)
+            if timeout_ms:
+                self.watchdog = Watchdog(
+                    self.name,
+                    self.version,
+                    timeout_ms,
+                    self.scheduler,
+                    self.stats,
+                    self._all_stuck,
+                    self._recovered,
+                )
+                self.watchdog.watch(self.workers)
             for worker in self.workers:
                 worker.start()
         except BaseException:
@@ -139,6 +156,48 @@ class ModelVersion:
         self.load_seconds = time.monotonic() - started
         self.state = State.READY
 
+    def _all_stuck(self, reason: str) -> None:
+        """Every instance is stuck past the execution timeout: refuse new requests with the
+        reason, and fail the queued ones, which no instance would pick up."""
+        with self._gate:
+            if self.state is not State.READY:
+                return
+            self.state = State.UNAVAILABLE
+            self.reason = self.stuck_reason = reason
+        error = unavailable(reason)
+        now = time.perf_counter_ns()
+        for item in list(self.requests):
+            if not item.start_ns and not item.cancelled:
+                self.stats.record_failure(now - item.arrival_ns, "REJECTED")
+                item.complete(error)
+
+    def _recovered(self) -> None:
+        """A stuck instance returned: serve again, unless the version retired meanwhile."""
+        with self._gate:
+            if self.state is not State.UNAVAILABLE or not self.stuck_reason:
+                return
+            self.state = State.READY
+            self.reason = self.stuck_reason = ""
+        log.info("model '%s' version %d is ready again", self.name, self.version)
+
+    def _join(self, worker: InstanceWorker, deadline: float | None) -> None:
+        """Wait for a worker to drain and exit, but not for one stuck past the execution
+        timeout: a thread cannot be stopped, so it is left to return on its own."""
+        while worker.thread.is_alive():
+            if worker.stuck:
+                log.warning(
+                    "model '%s' version %d: instance '%s' is stuck in an execution; unloading "
+                    "without waiting for it",
+                    self.name,
+                    self.version,
+                    worker.name,
+                )
+                return
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return
+            worker.join(0.1 if left is None else min(left, 0.1))
+
     def _make_scheduler(self, instances: int) -> Scheduler:
         """Every instance of every group takes its batches from this one scheduler."""
         return make_scheduler(self.config, self.io, self.stats, instances)
@@ -147,10 +206,14 @@ class ModelVersion:
         """Stop the workers once queued work is done, then release the model."""
         with self._gate:
             self.state = State.UNLOADING
+            self.stuck_reason = ""
         if self.scheduler is not None and self.workers:
             self.scheduler.close(len(self.workers))
+            deadline = None if timeout is None else time.monotonic() + timeout
             for worker in self.workers:
-                worker.join(timeout)
+                self._join(worker, deadline)
+        if self.watchdog is not None:
+            self.watchdog.stop()
         self.workers.clear()
         if self.backend_model is not None:
             try:

@@ -6,6 +6,7 @@ import logging
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from ptserve.backends.base import BackendInstance
 from ptserve.core.errors import ServerError, internal
@@ -13,6 +14,9 @@ from ptserve.core.prepared import OutputMap
 from ptserve.core.stats import ModelStats
 from ptserve.scheduling.base import Scheduler
 from ptserve.scheduling.work import Batch
+
+if TYPE_CHECKING:
+    from ptserve.scheduling.watchdog import Watchdog
 
 log = logging.getLogger("ptserve.scheduling")
 
@@ -22,7 +26,9 @@ SWITCH_INTERVAL_S = 0.0005
 class InstanceWorker:
     """Takes batches from the scheduler and runs them on one backend instance.
 
-    Torch releases the GIL while it computes, so the workers of a model run side by side.
+    Torch releases the GIL while it computes, so the workers of a model run side by side. With
+    an execution timeout, ``running`` tells the version's watchdog what runs since when; a batch
+    the watchdog abandoned (``stuck``) was already answered, so its late results are dropped.
     """
 
     def __init__(
@@ -38,6 +44,10 @@ class InstanceWorker:
         self.instance = instance
         self.scheduler = scheduler
         self.stats = stats
+        self.watchdog: Watchdog | None = None
+        self.running: tuple[Batch, int] | None = None  # read by the watchdog
+        self.stuck = False  # the watchdog gave up on the running batch
+        self.guard = threading.Lock()  # between the watchdog's abandon and the batch's end
         self.thread = threading.Thread(target=self._run, name=f"instance-{name}", daemon=True)
 
     def start(self) -> None:
@@ -67,6 +77,9 @@ class InstanceWorker:
             if item is not None:
                 item.start_ns = start
         results: list[OutputMap | ServerError]
+        watchdog = self.watchdog
+        if watchdog is not None:
+            self.running = (batch, start)
         try:
             outcome = self.instance.execute(batch.requests)
             results = outcome.results
@@ -76,6 +89,14 @@ class InstanceWorker:
             results = [internal(f"instance '{self.name}' failed: {exc}")] * len(batch.requests)
             times = None
         end = time.perf_counter_ns()
+        if watchdog is not None:
+            with self.guard:
+                self.running = None
+                abandoned = self.stuck
+                self.stuck = False
+            if abandoned:  # answered and counted by the watchdog already
+                watchdog.rejoined(self, (end - start) / 1e9)
+                return
         if times is not None:
             self.stats.record_execution(
                 batch.rows, times.compute_input_ns, times.compute_infer_ns, times.compute_output_ns

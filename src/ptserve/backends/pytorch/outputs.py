@@ -33,6 +33,11 @@ class OutputPlan:
         for offset, spec in enumerate(io.extra_outputs):
             self.positions[spec.name] = after + offset
         self.expected = {name: TORCH_DTYPES.get(s.datatype.name) for name, s in self.specs.items()}
+        # Outputs that the core reshapes back to their dims for the client: the model's result
+        # must hold as many elements per row, else the reshape would fail without naming them.
+        self.reshaped = {
+            s.name: s.dims for s in io.outputs if s.reshape is not None and s.dims.count(-1) <= 1
+        }
 
     def split(self, raw: Any, requests: Sequence[PreparedRequest]) -> list[OutputMap]:
         """The outputs each request asked for; raises ServerError for a result that does not fit."""
@@ -93,19 +98,34 @@ class OutputPlan:
                 f"'{name}', model provides {provided_name}"
             )
         array = to_numpy(value.detach())
-        if not self.batching:
-            return [array]
-        if array.shape[0] != total:
+        if self.batching and array.shape[0] != total:
             raise internal(
                 f"model '{self.model}': output '{name}' has batch dimension {array.shape[0]}, "
                 f"but the batch holds {total} request row(s)"
             )
+        if name in self.reshaped:
+            self._check_reshape(name, array, total)
+        if not self.batching:
+            return [array]
         parts: list[np.ndarray] = []
         offset = 0
         for request in requests:
             parts.append(array[offset : offset + request.batch_size])
             offset += request.batch_size
         return parts
+
+    def _check_reshape(self, name: str, array: np.ndarray, total: int) -> None:
+        dims = self.reshaped[name]
+        rows = total if self.batching else 1
+        per_row = array.size // rows if rows else 0
+        known = int(np.prod([d for d in dims if d >= 0]))
+        fits = per_row == known if -1 not in dims else known > 0 and per_row % known == 0
+        if not fits:
+            raise internal(
+                f"model '{self.model}': output '{name}' has shape {list(array.shape)} "
+                f"({per_row} element(s) per request row), which does not fit its configured "
+                f"dims {list(dims)}"
+            )
 
     def _split_strings(
         self, spec: IOSpec, value: list[str], requests: Sequence[PreparedRequest], total: int

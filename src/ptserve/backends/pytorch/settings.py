@@ -20,6 +20,7 @@ import torch
 from ptserve.backends.pytorch import params
 from ptserve.config.parse import ModelConfig
 from ptserve.core.errors import invalid_arg
+from ptserve.scheduling.watchdog import execution_timeout_ms
 
 log = logging.getLogger("ptserve.backends.pytorch")
 
@@ -43,6 +44,9 @@ class Settings:
     tensor_fuser: bool | None = None
     compile_options: dict[str, Any] = field(default_factory=dict)
     method: str = "forward"
+    # Enforced by the version's watchdog in the scheduling layer (any backend); read here too so
+    # that it is checked and logged with the other parameters.
+    execution_timeout_ms: int = 0
 
     @classmethod
     def from_config(cls, config: ModelConfig) -> Settings:
@@ -62,6 +66,7 @@ class Settings:
             tensor_fuser=params.optional_bool_param(config, "ENABLE_TENSOR_FUSER"),
             compile_options=_compile_options(config),
             method=_method(config),
+            execution_timeout_ms=execution_timeout_ms(config),
         )
 
     def log_settings(self, model: str) -> None:
@@ -83,6 +88,8 @@ class Settings:
             log.info("Intra op thread count is set to %d %s", self.intra_op_threads, where)
         if self.inter_op_threads is not None:
             log.info("Inter op thread count is set to %d %s", self.inter_op_threads, where)
+        if self.execution_timeout_ms:
+            log.info("Execution timeout is %d ms %s", self.execution_timeout_ms, where)
         if self.method != "forward":
             log.info("Method '%s' is called instead of forward %s", self.method, where)
 
