@@ -117,6 +117,22 @@ def _http_ssl(args: argparse.Namespace) -> Any:
     return server_ssl_context(args.http_server_cert, args.http_server_key, root)
 
 
+def _add_tls_flags(
+    group: argparse._ArgumentGroup, prefix: str, what: str, bool_flag: dict[str, Any]
+) -> None:
+    """The reference's TLS flags, named alike for HTTP and gRPC."""
+    group.add_argument(f"--{prefix}-use-ssl", default=False, **bool_flag, help=f"serve {what}")
+    group.add_argument(f"--{prefix}-server-cert", default="", help=f"PEM certificate for {what}")
+    group.add_argument(f"--{prefix}-server-key", default="", help=f"PEM private key for {what}")
+    group.add_argument(f"--{prefix}-root-cert", default="", help="PEM CA that signs client certs")
+    group.add_argument(
+        f"--{prefix}-use-ssl-mutual",
+        default=False,
+        **bool_flag,
+        help=f"require client certificates signed by --{prefix}-root-cert",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ptserve",
@@ -241,16 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="API[,API...]:HEADER=VALUE",
         help="answer 403 for these API groups unless HEADER equals VALUE (repeatable)",
     )
-    http.add_argument("--http-use-ssl", default=False, **bool_flag, help="serve HTTPS")
-    http.add_argument("--http-server-cert", default="", help="PEM certificate for HTTPS")
-    http.add_argument("--http-server-key", default="", help="PEM private key for HTTPS")
-    http.add_argument("--http-root-cert", default="", help="PEM CA that signs client certs")
-    http.add_argument(
-        "--http-use-ssl-mutual",
-        default=False,
-        **bool_flag,
-        help="require client certificates signed by --http-root-cert",
-    )
+    _add_tls_flags(http, "http", "HTTPS", bool_flag)
 
     grpc = parser.add_argument_group("GRPC")
     grpc.add_argument("--allow-grpc", default=True, **bool_flag)
@@ -265,16 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="answer PERMISSION_DENIED for these protocol groups unless the call carries "
         "metadata triton-grpc-protocol-KEY equal to VALUE (repeatable)",
     )
-    grpc.add_argument("--grpc-use-ssl", default=False, **bool_flag, help="serve gRPC over TLS")
-    grpc.add_argument("--grpc-server-cert", default="", help="PEM certificate for gRPC TLS")
-    grpc.add_argument("--grpc-server-key", default="", help="PEM private key for gRPC TLS")
-    grpc.add_argument("--grpc-root-cert", default="", help="PEM CA that signs client certs")
-    grpc.add_argument(
-        "--grpc-use-ssl-mutual",
-        default=False,
-        **bool_flag,
-        help="require client certificates signed by --grpc-root-cert",
-    )
+    _add_tls_flags(grpc, "grpc", "gRPC TLS", bool_flag)
 
     metrics = parser.add_argument_group("Metrics")
     metrics.add_argument("--allow-metrics", default=True, **bool_flag)
