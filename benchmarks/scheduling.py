@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     binary = perf_analyzer_path()
     if binary is None:
-        sys.exit("perf_analyzer is not installed: run /work/shared/tools/install-perf-analyzer")
+        sys.exit("perf_analyzer is not installed: set PERF_ANALYZER to its path")
     repository = Path(tempfile.mkdtemp(prefix="ptserve-sched-bench-"))
     write_variants(repository)
     runs: list[dict[str, Any]] = []
