@@ -159,3 +159,13 @@ def test_load_config_prefers_custom_name(tmp_path: Path) -> None:
 )
 def test_select_versions(policy: str, expected: list[int]) -> None:
     assert select_versions(completed(BASE + policy), [1, 2, 3]) == expected
+
+
+def test_sequence_batching_defaults() -> None:
+    config = completed(BASE + "sequence_batching { }")
+    rendered = config_to_dict(config)["sequence_batching"]
+    assert rendered["max_sequence_idle_microseconds"] == 1_000_000
+    assert "direct" in rendered and "oldest" not in rendered
+    kept = completed(BASE + "sequence_batching { max_sequence_idle_microseconds: 5 oldest { } }")
+    assert kept.sequence_batching.max_sequence_idle_microseconds == 5
+    assert kept.sequence_batching.WhichOneof("strategy_choice") == "oldest"

@@ -10,6 +10,8 @@ KIND_AUTO = 0
 KIND_GPU = 1
 KIND_CPU = 2
 KIND_MODEL = 3
+# A sequence with no request for this long is released (the reference's default: 1 s).
+DEFAULT_SEQUENCE_IDLE_US = 1_000_000
 
 
 def auto_complete(config: ModelConfig, model_name: str, gpu_count: int) -> None:
@@ -46,6 +48,13 @@ def auto_complete(config: ModelConfig, model_name: str, gpu_count: int) -> None:
 
     if config.HasField("dynamic_batching") and not config.dynamic_batching.preferred_batch_size:
         config.dynamic_batching.preferred_batch_size.append(max(config.max_batch_size, 1))
+
+    if config.HasField("sequence_batching"):
+        sequence = config.sequence_batching
+        if sequence.max_sequence_idle_microseconds == 0:
+            sequence.max_sequence_idle_microseconds = DEFAULT_SEQUENCE_IDLE_US
+        if sequence.WhichOneof("strategy_choice") is None:
+            sequence.direct.SetInParent()
 
     if not config.HasField("optimization"):
         config.optimization.input_pinned_memory.enable = True

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 
+from ptserve.config.autocomplete import DEFAULT_SEQUENCE_IDLE_US
 from ptserve.config.parse import ModelConfig
 from ptserve.core.errors import ServerError, invalid_arg, unavailable
 from ptserve.core.iospec import ModelIO
@@ -26,8 +27,6 @@ from ptserve.scheduling.work import Batch, WorkItem
 
 log = logging.getLogger("ptserve.scheduling")
 
-DEFAULT_IDLE_US = 1_000_000
-
 
 class SequenceBatcher(Scheduler):
     """Sequences by correlation id, their slots, controls, state and idle release."""
@@ -38,7 +37,7 @@ class SequenceBatcher(Scheduler):
         self.model = config.name
         self.io = io
         self.rows = RowBuilder(io, config.name)
-        self.idle_ns = (settings.max_sequence_idle_microseconds or DEFAULT_IDLE_US) * 1000
+        self.idle_ns = (settings.max_sequence_idle_microseconds or DEFAULT_SEQUENCE_IDLE_US) * 1000
         width = max(config.max_batch_size, 1)
         self.oldest = settings.WhichOneof("strategy_choice") == "oldest"
         if self.oldest:
