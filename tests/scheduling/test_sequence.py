@@ -190,3 +190,17 @@ def test_oldest_batches_string_sequences(server: ServerProcess) -> None:
         all_sizes += sizes
     assert max(all_sizes) > 1, "the oldest strategy batches different sequences together"
     assert_stats_add_up(stats(server.http_url, "oldest"))
+
+
+def test_sequence_model_warms_up_with_zero_controls(tmp_path: Path) -> None:
+    """model_warmup names only the client's inputs; controls and state are filled with zeros."""
+    warmup = """
+        model_warmup [ { name: "zeros" batch_size: 2 count: 3 inputs { key: "INPUT" value: {
+            data_type: TYPE_FP32 dims: [ 1 ] zero_data: true } } } ]
+    """
+    config = _probe_config("warm", 4, "direct { }") + warmup
+    write_model(tmp_path, "warm", config, {1: models.script(models.SequenceProbe())})
+    with ServerProcess([tmp_path]) as server:
+        assert "warm-up 'zeros' ran 3 time(s)" in server.log()
+        client = httpclient.InferenceServerClient(server.http_url)
+        assert client.is_model_ready("warm")

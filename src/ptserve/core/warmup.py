@@ -16,7 +16,7 @@ from ptserve.backends.base import BackendInstance
 from ptserve.config.parse import ModelConfig
 from ptserve.core import datatypes
 from ptserve.core.errors import ServerError, invalid_arg
-from ptserve.core.iospec import ModelIO
+from ptserve.core.iospec import IOSpec, ModelIO
 from ptserve.core.prepared import PreparedRequest
 
 log = logging.getLogger("ptserve.warmup")
@@ -78,6 +78,16 @@ def _array(
     return np.repeat(item[np.newaxis, ...], rows, axis=0)
 
 
+def _zeros(spec: IOSpec, rows: int | None) -> np.ndarray:
+    dims = spec.reshape if spec.reshape is not None else spec.dims
+    shape = ([rows] if rows is not None else []) + [1 if d < 0 else d for d in dims]
+    if spec.datatype.is_bytes:
+        array = np.empty(shape, dtype=object)
+        array.fill(b"0")
+        return array
+    return np.zeros(shape, dtype=spec.datatype.numpy)
+
+
 def warmup_requests(
     config: ModelConfig, io: ModelIO, model_dir: Path
 ) -> list[tuple[str, int, PreparedRequest]]:
@@ -97,6 +107,10 @@ def warmup_requests(
                     f"model '{config.name}': warm-up '{sample.name}' names unknown input '{name}'"
                 )
             inputs[name] = _array(config.name, sample.name, name, spec, rows, model_dir)
+        for extra in io.extra_inputs:
+            # Sequence control and state inputs: zeros, as for a request outside any sequence.
+            if extra.name not in inputs:
+                inputs[extra.name] = _zeros(extra, rows)
         prepared = PreparedRequest(
             id=f"warmup:{sample.name}",
             inputs=inputs,

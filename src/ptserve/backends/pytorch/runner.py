@@ -216,7 +216,7 @@ class TorchInstance(BackendInstance):
 
 def _zeros_request(io: ModelIO, batch_size: int, variable: int) -> PreparedRequest:
     inputs: dict[str, np.ndarray] = {}
-    for spec in io.inputs:
+    for spec in io.model_inputs:  # sequence control and state inputs too
         dims = spec.reshape if spec.reshape is not None else spec.dims
         shape = ([batch_size] if io.batching else []) + [variable if d < 0 else d for d in dims]
         if spec.datatype.is_bytes:
