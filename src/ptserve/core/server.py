@@ -358,7 +358,7 @@ class InferenceServer:
                     trace.mark("QUEUE_START", item.enqueue_ns)
                     if item.start_ns:
                         trace.mark("COMPUTE_START", item.start_ns)
-                        trace.mark("COMPUTE_END")
+                        trace.mark("COMPUTE_END", item.end_ns or None)
         finally:
             target.release()
         return build_response(

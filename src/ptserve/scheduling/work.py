@@ -36,6 +36,7 @@ class WorkItem:
 
     __slots__ = (
         "arrival_ns",
+        "end_ns",
         "enqueue_ns",
         "future",
         "key",
@@ -59,6 +60,7 @@ class WorkItem:
         self.arrival_ns = time.perf_counter_ns()
         self.enqueue_ns = self.arrival_ns
         self.start_ns = 0
+        self.end_ns = 0  # when its batch finished executing
         self.options = options
         self.level = options.priority  # the queue turns it into a level index
         self.place = Place.QUEUED

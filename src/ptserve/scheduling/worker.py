@@ -104,6 +104,7 @@ class InstanceWorker:
         for item, result in zip(batch.items, results, strict=True):
             if item is None:
                 continue
+            item.end_ns = end
             total = end - item.arrival_ns
             if isinstance(result, ServerError) or times is None:
                 self.stats.record_failure(total)
