@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from ptserve.examples import SIMPLE_CONFIG, AddSub, write_model
+from tests.core.slow import write_slow
 from tests.models import Fails, identity_config
 from tests.serverproc import ServerProcess
 
@@ -163,3 +165,35 @@ def test_trace_file_holds_stage_timestamps(server: ServerProcess, tmp_path: Path
     assert lines[0]["model_name"] == "simple" and lines[0]["model_version"] == 1
     assert client.get_trace_settings("simple")["trace_count"] == "0"
     client.update_trace_settings("simple", {"trace_level": ["OFF"]})
+
+
+def test_client_gone_while_queued_counts_as_canceled(tmp_path: Path) -> None:
+    write_slow(tmp_path, "slow", {1: 1.0}, iterations=3000)
+    with ServerProcess([tmp_path]) as server:
+        body = json.dumps(
+            {"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [1] * 4}]}
+        ).encode()
+        wire = (
+            b"POST /v2/models/slow/infer HTTP/1.1\r\nHost: x\r\nContent-Length: "
+            + str(len(body)).encode()
+            + b"\r\n\r\n"
+            + body
+        )
+        host, port = server.http_url.split(":")
+        with socket.create_connection((host, int(port)), timeout=60) as running:
+            running.sendall(wire)
+            time.sleep(0.2)  # the first request is executing
+            with socket.create_connection((host, int(port)), timeout=60) as gone:
+                gone.sendall(wire)
+                time.sleep(0.2)  # queued behind it; then the client leaves
+            assert running.recv(65536).startswith(b"HTTP/1.1 200")
+        deadline = time.monotonic() + 30
+        while True:
+            text = scrape(server)[1]
+            labels = {"model": "slow", "version": "1"}
+            if value(text, "nv_inference_request_failure", **labels, reason="CANCELED") == 1:
+                break
+            assert time.monotonic() < deadline, text
+            time.sleep(0.2)
+        assert value(text, "nv_inference_request_success", **labels) == 1
+        assert value(text, "nv_inference_exec_count", **labels) == 1

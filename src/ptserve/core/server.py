@@ -351,6 +351,12 @@ class InferenceServer:
             target.requests.add(item)
             try:
                 outputs = await item.future
+            except asyncio.CancelledError:
+                # The client went away. A request still queued is skipped by the scheduler and
+                # counted here; one already running is counted by its worker.
+                if not item.start_ns:
+                    target.stats.record_failure(time.perf_counter_ns() - arrival, "CANCELED")
+                raise
             finally:
                 target.requests.discard(item)
                 if trace is not None:
