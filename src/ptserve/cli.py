@@ -95,26 +95,32 @@ def _protocol_restriction(value: str) -> Any:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _grpc_credentials(args: argparse.Namespace) -> Any:
-    if not (args.grpc_use_ssl or args.grpc_use_ssl_mutual):
+def _tls_files(args: argparse.Namespace, prefix: str) -> tuple[str, str, str] | None:
+    """(certificate, key, client CA or "") from a frontend's TLS flags; None without TLS."""
+    flags = vars(args)
+    mutual = flags[f"{prefix}_use_ssl_mutual"]
+    if not (flags[f"{prefix}_use_ssl"] or mutual):
         return None
-    if not args.grpc_server_cert or not args.grpc_server_key:
-        raise SystemExit("--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key")
-    if args.grpc_use_ssl_mutual and not args.grpc_root_cert:
-        raise SystemExit("--grpc-use-ssl-mutual needs --grpc-root-cert")
-    root = args.grpc_root_cert if args.grpc_use_ssl_mutual else ""
-    return server_credentials(args.grpc_server_cert, args.grpc_server_key, root)
+    cert, key, root = (
+        flags[f"{prefix}_{name}"] for name in ("server_cert", "server_key", "root_cert")
+    )
+    if not cert or not key:
+        raise SystemExit(
+            f"--{prefix}-use-ssl needs --{prefix}-server-cert and --{prefix}-server-key"
+        )
+    if mutual and not root:
+        raise SystemExit(f"--{prefix}-use-ssl-mutual needs --{prefix}-root-cert")
+    return cert, key, root if mutual else ""
+
+
+def _grpc_credentials(args: argparse.Namespace) -> Any:
+    files = _tls_files(args, "grpc")
+    return None if files is None else server_credentials(*files)
 
 
 def _http_ssl(args: argparse.Namespace) -> Any:
-    if not (args.http_use_ssl or args.http_use_ssl_mutual):
-        return None
-    if not args.http_server_cert or not args.http_server_key:
-        raise SystemExit("--http-use-ssl needs --http-server-cert and --http-server-key")
-    if args.http_use_ssl_mutual and not args.http_root_cert:
-        raise SystemExit("--http-use-ssl-mutual needs --http-root-cert")
-    root = args.http_root_cert if args.http_use_ssl_mutual else ""
-    return server_ssl_context(args.http_server_cert, args.http_server_key, root)
+    files = _tls_files(args, "http")
+    return None if files is None else server_ssl_context(*files)
 
 
 def _add_tls_flags(
