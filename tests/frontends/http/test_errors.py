@@ -372,3 +372,58 @@ def test_half_sent_body_times_out(example_repository: Path) -> None:
         assert 0.5 < waited < 20
         # A slow but complete request on another connection is still answered.
         assert post(server, simple_body())[0] == 200
+
+
+def test_hostile_requests_do_not_disturb_concurrent_ones(http_server: ServerProcess) -> None:
+    """Garbage on other connections, all at once, while a client keeps sending valid requests."""
+    import random
+    import threading
+
+    rng = random.Random(3)
+    garbage = [
+        b"{not json",
+        json.dumps(
+            {"inputs": [{"name": "INPUT0", "shape": [1, -1], "datatype": "INT32"}]}
+        ).encode(),
+        json.dumps(
+            simple_body(
+                inputs=[
+                    {"name": "INPUT0", "shape": [2**40, 2**40], "datatype": "BYTES", "data": []}
+                ]
+            )
+        ).encode(),
+        bytes(rng.getrandbits(8) for _ in range(300)),
+    ]
+    stop = threading.Event()
+    statuses: list[int] = []
+
+    def attack() -> None:
+        while not stop.is_set():
+            for body in garbage:
+                statuses.append(post(http_server, body)[0])
+            host, port = http_server.http_url.split(":")
+            with socket.create_connection((host, int(port)), timeout=30) as sock:
+                sock.sendall(b"POST " + INFER.encode() + b" HTTP/1.1\r\nContent-Length: 5\r\n\r\n")
+                # half-sent: the connection is dropped with the body missing
+
+    attackers = [threading.Thread(target=attack) for _ in range(3)]
+    for thread in attackers:
+        thread.start()
+    try:
+        client = httpclient.InferenceServerClient(http_server.http_url)
+        for i in range(60):
+            a = np.full((1, 16), i, np.int32)
+            inputs = [
+                httpclient.InferInput("INPUT0", [1, 16], "INT32"),
+                httpclient.InferInput("INPUT1", [1, 16], "INT32"),
+            ]
+            inputs[0].set_data_from_numpy(a)
+            inputs[1].set_data_from_numpy(np.ones_like(a))
+            result = client.infer("simple", inputs)
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + 1)
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - 1)
+    finally:
+        stop.set()
+        for thread in attackers:
+            thread.join()
+    assert statuses and set(statuses) == {400}
