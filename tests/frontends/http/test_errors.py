@@ -212,8 +212,8 @@ def test_header_length_beyond_body(http_server: ServerProcess) -> None:
     assert "Inference-Header-Content-Length is 99999" in error
 
 
-def test_bytes_length_prefix_lies(http_server: ServerProcess) -> None:
-    element = struct.pack("<I", 50) + b"short"
+def post_bytes_element(server: ServerProcess, payload: bytes) -> tuple[int, str]:
+    """One BYTES element sent as binary data to the string identity model."""
     header = json.dumps(
         {
             "inputs": [
@@ -221,20 +221,25 @@ def test_bytes_length_prefix_lies(http_server: ServerProcess) -> None:
                     "name": "INPUT0",
                     "shape": [1],
                     "datatype": "BYTES",
-                    "parameters": {"binary_data_size": len(element)},
+                    "parameters": {"binary_data_size": len(payload)},
                 }
             ]
         }
     ).encode()
     status, _, reply = request(
-        http_server.http_url,
+        server.http_url,
         "POST",
         "/v2/models/identity_bytes/infer",
-        header + element,
+        header + payload,
         {"Inference-Header-Content-Length": str(len(header))},
     )
+    return status, error_of(reply) if status != 200 else ""
+
+
+def test_bytes_length_prefix_lies(http_server: ServerProcess) -> None:
+    status, error = post_bytes_element(http_server, struct.pack("<I", 50) + b"short")
     assert status == 400
-    assert "BYTES element 0 claims 50 bytes but only 5 remain" in error_of(reply)
+    assert "BYTES element 0 claims 50 bytes but only 5 remain" in error
 
 
 def test_oversize_body(http_server: ServerProcess) -> None:
@@ -301,28 +306,10 @@ def test_model_error_fails_request_and_model_keeps_serving(http_server: ServerPr
 
 def test_invalid_utf8_string_fails_its_request(http_server: ServerProcess) -> None:
     element = b"\xff\xfe"
-    payload = struct.pack("<I", len(element)) + element
-    header = json.dumps(
-        {
-            "inputs": [
-                {
-                    "name": "INPUT0",
-                    "shape": [1],
-                    "datatype": "BYTES",
-                    "parameters": {"binary_data_size": len(payload)},
-                }
-            ]
-        }
-    ).encode()
-    status, _, reply = request(
-        http_server.http_url,
-        "POST",
-        "/v2/models/identity_bytes/infer",
-        header + payload,
-        {"Inference-Header-Content-Length": str(len(header))},
-    )
+    status, error = post_bytes_element(http_server, struct.pack("<I", len(element)) + element)
     assert status == 400
-    assert "not valid UTF-8" in error_of(reply)
+    assert "not valid UTF-8" in error
+    assert post_bytes_element(http_server, struct.pack("<I", 2) + b"ok") == (200, "")
 
 
 def test_pipelined_requests_answered_in_order(http_server: ServerProcess) -> None:
