@@ -146,6 +146,9 @@ class ModelVersion:
                     self._recovered,
                 )
                 self.watchdog.watch(self.workers)
+            # A watched execution must stay on a worker thread, where a hang cannot stall the
+            # event loop; unwatched short ones may run on the loop.
+            self.scheduler.attach(self.workers, direct=not timeout_ms)
             for worker in self.workers:
                 worker.start()
         except BaseException:

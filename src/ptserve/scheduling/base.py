@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ptserve.core.errors import ServerError
 from ptserve.core.prepared import OutputMap
 from ptserve.core.stats import ModelStats
 from ptserve.scheduling.work import Batch, WorkItem
+
+if TYPE_CHECKING:
+    from ptserve.scheduling.worker import InstanceWorker
 
 
 class Scheduler(abc.ABC):
@@ -19,6 +24,9 @@ class Scheduler(abc.ABC):
     @abc.abstractmethod
     def enqueue(self, item: WorkItem) -> None:
         """Accept a request (on the event loop); raises ServerError when it cannot."""
+
+    def attach(self, workers: Sequence[InstanceWorker], direct: bool) -> None:  # noqa: B027
+        """Meet the workers (before they start); ``direct`` allows running on the caller."""
 
     @abc.abstractmethod
     def next_batch(self, instance: int) -> Batch | None:

@@ -68,7 +68,10 @@ class WorkItem:
 
     def complete(self, result: OutputMap | ServerError) -> None:
         """Hand the result back to the event loop (callable from any thread)."""
-        self.loop.call_soon_threadsafe(_deliver, self.future, result)
+        if asyncio._get_running_loop() is self.loop:  # run on the loop itself
+            _deliver(self.future, result)
+        else:
+            self.loop.call_soon_threadsafe(_deliver, self.future, result)
 
     @property
     def cancelled(self) -> bool:

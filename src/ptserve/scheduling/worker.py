@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("ptserve.scheduling")
 
 SWITCH_INTERVAL_S = 0.0005
+_UNKNOWN_NS = float("inf")  # no execution measured yet
 
 
 class InstanceWorker:
@@ -29,6 +30,8 @@ class InstanceWorker:
     Torch releases the GIL while it computes, so the workers of a model run side by side. With
     an execution timeout, ``running`` tells the version's watchdog what runs since when; a batch
     the watchdog abandoned (``stuck``) was already answered, so its late results are dropped.
+    ``claim`` is held while a batch runs, by this thread or by a scheduler that runs a batch on
+    its caller's thread (``run_batch``); ``average_ns`` is the moving average of executions.
     """
 
     def __init__(
@@ -48,6 +51,8 @@ class InstanceWorker:
         self.running: tuple[Batch, int] | None = None  # read by the watchdog
         self.stuck = False  # the watchdog gave up on the running batch
         self.guard = threading.Lock()  # between the watchdog's abandon and the batch's end
+        self.claim = threading.Lock()  # one batch at a time on the instance
+        self.average_ns = _UNKNOWN_NS
         self.thread = threading.Thread(target=self._run, name=f"instance-{name}", daemon=True)
 
     def start(self) -> None:
@@ -65,7 +70,8 @@ class InstanceWorker:
             batch = self.scheduler.next_batch(self.index)
             if batch is None:
                 break
-            self.run_batch(batch)
+            with self.claim:
+                self.run_batch(batch)
         try:
             self.instance.unload()
         except Exception:
@@ -89,6 +95,9 @@ class InstanceWorker:
             results = [internal(f"instance '{self.name}' failed: {exc}")] * len(batch.requests)
             times = None
         end = time.perf_counter_ns()
+        took = end - start
+        average = self.average_ns
+        self.average_ns = took if average == _UNKNOWN_NS else average + (took - average) / 8
         if watchdog is not None:
             with self.guard:
                 self.running = None

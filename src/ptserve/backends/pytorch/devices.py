@@ -65,15 +65,18 @@ def placement_for(spec: InstanceSpec) -> Placement:
     return Placement("KIND_CPU", cpu, cpu)
 
 
-@contextlib.contextmanager
-def stream_scope(placement: Placement) -> Iterator[None]:
+def stream_scope(placement: Placement) -> contextlib.AbstractContextManager[object]:
     """Run on the instance's own CUDA stream, waiting for it before results are read."""
     if placement.stream is None:
+        return contextlib.nullcontext()
+    return _on_stream(placement, placement.stream)
+
+
+@contextlib.contextmanager
+def _on_stream(placement: Placement, stream: torch.cuda.Stream) -> Iterator[None]:
+    with torch.cuda.device(placement.input_device), torch.cuda.stream(stream):
         yield
-        return
-    with torch.cuda.device(placement.input_device), torch.cuda.stream(placement.stream):
-        yield
-    placement.stream.synchronize()
+    stream.synchronize()
 
 
 def clean_cache(placement: Placement) -> None:

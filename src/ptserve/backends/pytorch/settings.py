@@ -93,9 +93,25 @@ class Settings:
         if self.method != "forward":
             log.info("Method '%s' is called instead of forward %s", self.method, where)
 
-    @contextlib.contextmanager
-    def execution_scope(self) -> Iterator[None]:
+    @property
+    def switches_modes(self) -> bool:
+        """Whether executions change process-wide torch modes (and must restore them)."""
+        return (
+            self.disable_optimized_execution
+            or self.disable_cudnn
+            or self.jit_executor is not None
+            or self.jit_profiling is not None
+            or self.tensor_fuser is not None
+        )
+
+    def execution_scope(self) -> contextlib.AbstractContextManager[object]:
         """Grad mode, executor modes and cuDNN as this model wants them, restored afterwards."""
+        if not self.switches_modes:  # the common case: just the grad mode
+            return torch.inference_mode() if self.inference_mode else torch.no_grad()
+        return self._switched_scope()
+
+    @contextlib.contextmanager
+    def _switched_scope(self) -> Iterator[None]:
         with contextlib.ExitStack() as stack:
             if self.inference_mode:
                 stack.enter_context(torch.inference_mode())

@@ -61,6 +61,14 @@ class Unparsable:
         self.message = message
 
 
+class _Refused(Exception):
+    """An unparsable message inside a stream: ends the stream with INVALID_ARGUMENT."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
 def _lenient(deserializer: Callable[[bytes], Any] | None, what: str) -> Callable[[bytes], Any]:
     def parse(data: bytes) -> Any:
         if deserializer is None:
@@ -106,15 +114,22 @@ def guard_handler(
     if handler.stream_stream is not None:
         stream_behaviour = handler.stream_stream
 
-        async def checked(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+        async def checked(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
             async for request in requests:
-                await _reject_unparsable(request, context)
+                if isinstance(request, Unparsable):
+                    raise _Refused(request.message)
                 yield request
 
         async def stream(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
             await _refusal(context, group, restrictions)
-            async for reply in stream_behaviour(checked(requests, context), context):
-                yield reply
+            try:
+                async for reply in stream_behaviour(checked(requests), context):
+                    yield reply
+            except _Refused as refused:
+                # Aborted here, by the coroutine that writes the replies, never while a reply
+                # is being written: aborting from the servicer's reading side can race a write
+                # and leave the stream without its status.
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refused.message)
 
         return grpc.stream_stream_rpc_method_handler(stream, deserialize, serialize)
     raise TypeError(f"no guard for the kind of method {what}")  # the service has no others
