@@ -278,3 +278,42 @@ def test_repository_api_refused_over_grpc_in_none_mode(tmp_path: Path) -> None:
         assert "explicit model load / unload is not allowed" in str(refused.value)
         assert refused.value.status() == "StatusCode.UNAVAILABLE"
         assert client.is_model_ready("scaled")
+
+
+def test_a_repeated_request_is_checked_again_after_the_model_changes(tmp_path: Path) -> None:
+    """Requests with the same JSON header reuse its checks only while the model is the same."""
+    repository = tmp_path / "repo"
+    write_model(repository, "simple", SIMPLE_CONFIG, {1: torch.jit.script(AddSub())})
+    args = ["--model-control-mode", "explicit", "--load-model", "simple"]
+    with ServerProcess([repository], args) as server:
+        client = httpclient.InferenceServerClient(server.http_url)
+        inputs = [httpclient.InferInput(f"INPUT{i}", [1, 16], "INT32") for i in range(2)]
+        outputs = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)]
+        for step in range(5):  # one header, new data each time
+            first = np.full((1, 16), step, np.int32)
+            inputs[0].set_data_from_numpy(first, binary_data=True)
+            inputs[1].set_data_from_numpy(np.arange(16, dtype=np.int32)[None], binary_data=True)
+            result = client.infer("simple", inputs, outputs=outputs).as_numpy("OUTPUT0")
+            assert result.tolist() == [[step + i for i in range(16)]]
+        narrower = json.dumps(
+            {
+                "name": "simple",
+                "platform": "pytorch_libtorch",
+                "max_batch_size": 8,
+                "input": [
+                    {"name": f"INPUT{i}", "data_type": "TYPE_INT32", "dims": [8]} for i in range(2)
+                ],
+                "output": [
+                    {"name": f"OUTPUT{i}", "data_type": "TYPE_INT32", "dims": [8]} for i in range(2)
+                ],
+            }
+        )
+        client.load_model("simple", config=narrower)
+        with pytest.raises(InferenceServerException) as refused:
+            client.infer("simple", inputs, outputs=outputs)
+        assert refused.value.status() == "400"
+        assert "unexpected shape for input 'INPUT0'" in str(refused.value)
+        small = [httpclient.InferInput(f"INPUT{i}", [1, 8], "INT32") for i in range(2)]
+        for tensor in small:
+            tensor.set_data_from_numpy(np.ones((1, 8), np.int32), binary_data=True)
+        assert client.infer("simple", small).as_numpy("OUTPUT0").tolist() == [[2] * 8]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -13,11 +15,67 @@ from ptserve.core.prepared import OutputMap, PreparedRequest
 from ptserve.core.types import InferRequest, InferResponse, RequestedOutput, Tensor
 
 
-def prepare(request: InferRequest, io: ModelIO) -> tuple[PreparedRequest, list[RequestedOutput]]:
-    """Validate names, types and shapes; reshape for the model; decide the outputs to return."""
+@dataclass(slots=True, frozen=True)
+class PreparePlan:
+    """What checking one request against the model decided, reused for every later request
+    of the same signature (the same names, types, shapes and outputs; other tensor data)."""
+
+    placements: tuple[tuple[int, IOSpec], ...]  # (position in request.inputs, spec), config order
+    batch_size: int
+    outputs: tuple[str, ...]
+    requested: list[RequestedOutput]
+
+    def apply(
+        self, request: InferRequest, batching: bool
+    ) -> tuple[PreparedRequest, list[RequestedOutput]]:
+        inputs = request.inputs
+        arrays = {
+            spec.name: _reshape_for_model(inputs[position].data, spec, batching)
+            for position, spec in self.placements
+        }
+        prepared = PreparedRequest(
+            id=request.id,
+            inputs=arrays,
+            batch_size=self.batch_size,
+            outputs=self.outputs,
+            parameters=request.parameters,
+        )
+        return prepared, self.requested
+
+
+class PlanCache:
+    """The plans of one model version by request signature (a reload starts a new cache)."""
+
+    LIMIT = 256  # distinct signatures kept; beyond it the cache starts afresh
+
+    def __init__(self) -> None:
+        self._plans: dict[Hashable, PreparePlan] = {}
+
+    def get(self, signature: Hashable) -> PreparePlan | None:
+        return self._plans.get(signature)
+
+    def put(self, signature: Hashable, plan: PreparePlan) -> None:
+        if len(self._plans) >= self.LIMIT:
+            self._plans.clear()
+        self._plans[signature] = plan
+
+
+def prepare(
+    request: InferRequest, io: ModelIO, plans: PlanCache | None = None
+) -> tuple[PreparedRequest, list[RequestedOutput]]:
+    """Validate names, types and shapes; reshape for the model; decide the outputs to return.
+
+    With ``plans``, a request whose signature was checked before skips the checks.
+    """
+    signature = request.signature if plans is not None else None
+    if signature is not None and plans is not None:
+        plan = plans.get(signature)
+        if plan is not None:
+            return plan.apply(request, io.batching)
     model = request.model_name
     seen: dict[str, Tensor] = {}
-    for tensor in request.inputs:
+    positions: dict[str, int] = {}
+    for position, tensor in enumerate(request.inputs):
         if tensor.name in seen:
             raise invalid_arg(f"input '{tensor.name}' appears more than once in the request")
         if io.input(tensor.name) is None:
@@ -26,6 +84,7 @@ def prepare(request: InferRequest, io: ModelIO) -> tuple[PreparedRequest, list[R
                 f"it expects {_names(io.inputs)}"
             )
         seen[tensor.name] = tensor
+        positions[tensor.name] = position
     missing = [s.name for s in io.inputs if s.name not in seen and not s.optional]
     if missing:
         required = [s for s in io.inputs if not s.optional]
@@ -87,6 +146,11 @@ def prepare(request: InferRequest, io: ModelIO) -> tuple[PreparedRequest, list[R
         outputs=tuple(o.name for o in io.outputs if o.name in {r.name for r in requested}),
         parameters=request.parameters,
     )
+    if signature is not None and plans is not None:
+        placements = tuple((positions[s.name], s) for s in io.inputs if s.name in arrays)
+        plans.put(
+            signature, PreparePlan(placements, prepared.batch_size, prepared.outputs, requested)
+        )
     return prepared, requested
 
 

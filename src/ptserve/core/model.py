@@ -18,6 +18,7 @@ from ptserve.backends.base import (
 )
 from ptserve.config.parse import ModelConfig
 from ptserve.core.errors import unavailable
+from ptserve.core.inference import PlanCache
 from ptserve.core.iospec import ModelIO
 from ptserve.core.prepared import PreparedRequest
 from ptserve.core.stats import ModelStats
@@ -77,6 +78,7 @@ class ModelVersion:
     requests: set[WorkItem] = field(default_factory=set)  # queued or running (for metrics)
     watchdog: Watchdog | None = None  # with EXECUTION_TIMEOUT_MS
     stuck_reason: str = ""  # set while every instance is stuck past the execution timeout
+    plans: PlanCache = field(default_factory=PlanCache)  # checked request signatures
     _gate: threading.Condition = field(default_factory=threading.Condition)
 
     @property

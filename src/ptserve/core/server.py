@@ -335,7 +335,7 @@ class InferenceServer:
         arrival = time.perf_counter_ns()
         try:
             try:
-                prepared, requested = prepare(request, target.io)
+                prepared, requested = prepare(request, target.io, target.plans)
                 options = request_options(request.parameters)
                 scheduler = target.scheduler
                 if scheduler is None:

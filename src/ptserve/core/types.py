@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,10 @@ class InferRequest:
     inputs: list[Tensor] = field(default_factory=list)
     outputs: list[RequestedOutput] | None = None  # None: every output
     parameters: dict[str, Any] = field(default_factory=dict)
+    # Set by a frontend when every request with this signature has the same names, types,
+    # shapes, outputs and parameters (only the tensor data differs): the core then checks the
+    # first one against the model and reuses the outcome.
+    signature: Hashable | None = None
 
 
 @dataclass(slots=True)

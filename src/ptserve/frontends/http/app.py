@@ -45,6 +45,7 @@ class HttpApp:
         self.server = server
         self.max_input_size = max_input_size
         self.restrictions = restrictions or Restrictions([])
+        self.headers = codec.HeaderCache()  # infer headers seen before
         self.routes: list[tuple[re.Pattern[str], dict[str, Route]]] = [
             (re.compile(_SHM + r"/status"), {"GET": self.shm_status}),
             (re.compile(_SHM_REGION + r"/register"), {"POST": self.shm_register}),
@@ -130,7 +131,12 @@ class HttpApp:
         header_length = _header_length(request.headers.get(codec.HEADER_LENGTH))
         shared_memory = self.server.shared_memory
         infer_request = codec.decode_request(
-            params["model"], params.get("version", ""), body, header_length, shared_memory
+            params["model"],
+            params.get("version", ""),
+            body,
+            header_length,
+            shared_memory,
+            self.headers,
         )
         binary_default = _binary_default(infer_request.parameters)
         response = await self.server.infer(infer_request)

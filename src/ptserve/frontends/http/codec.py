@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,16 +17,97 @@ from ptserve.frontends import tensors
 HEADER_LENGTH = "inference-header-content-length"
 
 
+class HeaderCache:
+    """What earlier JSON headers decoded to, keyed by their exact bytes.
+
+    Clients send the same header again and again with new binary data; a header seen before
+    skips parsing and checking and only cuts the tensors out of the new data. Only headers whose
+    inputs are all binary and that name no shared memory and no sequence are kept (those carry
+    per-request values or depend on state that can change); the core is told the header's key
+    so that it can skip checking the request against the model too (``InferRequest.signature``).
+    """
+
+    LIMIT = 256  # distinct headers kept; beyond it the cache starts afresh
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, str, bytes], _Template] = {}
+
+    def get(self, key: tuple[str, str, bytes]) -> _Template | None:
+        return self._entries.get(key)
+
+    def put(self, key: tuple[str, str, bytes], template: _Template) -> None:
+        if len(self._entries) >= self.LIMIT:
+            self._entries.clear()
+        self._entries[key] = template
+
+
+@dataclass(slots=True, frozen=True)
+class _Template:
+    """A decoded header: everything of the request but its binary data."""
+
+    id: str
+    parameters: dict[str, Any]
+    inputs: tuple[tuple[str, datatypes.DataType, tuple[int, ...], int], ...]
+    binary_size: int
+    outputs: list[RequestedOutput] | None
+
+    def request(
+        self, model: str, version: str, binary: memoryview, signature: Hashable
+    ) -> InferRequest:
+        inputs: list[Tensor] = []
+        offset = 0
+        for name, dt, shape, size in self.inputs:
+            data = tensors.from_raw(name, binary[offset : offset + size], dt, shape)
+            inputs.append(Tensor(name, dt, data))
+            offset += size
+        return InferRequest(
+            model_name=model,
+            model_version=version,
+            id=self.id,
+            inputs=inputs,
+            outputs=self.outputs,
+            parameters=dict(self.parameters),
+            signature=signature,
+        )
+
+
+def _template(request: InferRequest, header: dict[str, Any]) -> _Template | None:
+    """The request's template, when its header may be reused (see HeaderCache)."""
+    if "sequence_id" in request.parameters:
+        return None
+    sizes: list[int] = []
+    for raw in header["inputs"]:
+        params = raw.get("parameters") or {}
+        if "data" in raw or "binary_data_size" not in params or placement("", params):
+            return None
+        sizes.append(params["binary_data_size"])
+    for output in request.outputs or ():
+        if placement("", output.parameters) is not None:
+            return None
+    return _Template(
+        request.id,
+        dict(request.parameters),
+        tuple(
+            (t.name, t.datatype, t.shape, size)
+            for t, size in zip(request.inputs, sizes, strict=True)
+        ),
+        sum(sizes),
+        request.outputs,
+    )
+
+
 def decode_request(
     model: str,
     version: str,
     body: bytes | bytearray | memoryview,
     header_length: int | None,
     shared_memory: SharedMemoryRegistry | None = None,
+    cache: HeaderCache | None = None,
 ) -> InferRequest:
     """Parse an infer body; ``header_length`` splits JSON from binary data when given.
 
-    Inputs and outputs may name system shared-memory regions of ``shared_memory``.
+    Inputs and outputs may name system shared-memory regions of ``shared_memory``. With a
+    ``cache``, a header seen before is not parsed again.
     """
     view = memoryview(body)
     if header_length is None:
@@ -35,6 +117,29 @@ def decode_request(
             f"Inference-Header-Content-Length is {header_length}, but the body has only "
             f"{len(view)} bytes"
         )
+    key = None
+    if cache is not None and header_length < len(view):  # binary data follows the header
+        key = (model, version, bytes(view[:header_length]))
+        template = cache.get(key)
+        if template is not None and len(view) - header_length == template.binary_size:
+            return template.request(model, version, view[header_length:], key)
+        # (binary data of another size: the full decoder says which input it does not fit)
+    request = _decode(model, version, view, header_length, shared_memory)
+    if key is not None and cache is not None:
+        template = _template(request, orjson.loads(key[2]))
+        if template is not None:
+            cache.put(key, template)
+            request.signature = key
+    return request
+
+
+def _decode(
+    model: str,
+    version: str,
+    view: memoryview,
+    header_length: int,
+    shared_memory: SharedMemoryRegistry | None,
+) -> InferRequest:
     try:
         header = orjson.loads(view[:header_length])
     except orjson.JSONDecodeError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import zlib
 
 from ptserve.core.errors import invalid_arg, unsupported
@@ -34,8 +35,11 @@ def decompress(body: bytearray, encoding: str, limit: int) -> bytes | bytearray:
     return data
 
 
+@functools.lru_cache(maxsize=64)
 def choose_encoding(accept: str) -> str:
     """The response encoding to use for an Accept-Encoding header ('' for none)."""
+    if not accept:
+        return ""
     offered: list[tuple[float, str]] = []
     for item in accept.split(","):
         name, _, params = item.strip().partition(";")

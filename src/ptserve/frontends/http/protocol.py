@@ -63,11 +63,11 @@ class HttpResponse:
 Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
 
 
+_REASONS = {status.value: status.phrase for status in HTTPStatus}
+
+
 def _reason(status: int) -> str:
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return "Unknown"
+    return _REASONS.get(status, "Unknown")
 
 
 def serialize(response: HttpResponse, keep_alive: bool) -> list[bytes | memoryview]:
