@@ -75,6 +75,9 @@ class TraceSettings:
         self._global: dict[str, TraceValue] = dict(DEFAULTS)
         self._models: dict[str, dict[str, TraceValue]] = {}
         self._lock = threading.Lock()
+        # Nothing ever changed: tracing is off everywhere (the defaults), which the per-request
+        # check can tell without merging dictionaries under the lock.
+        self.untouched = True
 
     def get(self, model: str = "") -> dict[str, TraceValue]:
         with self._lock:
@@ -94,6 +97,7 @@ class TraceSettings:
             else:
                 checked[key] = validate(key, value)
         with self._lock:
+            self.untouched = False
             target = self._models.setdefault(model, {}) if model else self._global
             for key, value in checked.items():
                 if value is not None:

@@ -65,6 +65,8 @@ class Tracer:
 
     def begin(self, model: str, request_id: str) -> Trace | None:
         """A new trace when this request is sampled, else None (the common, cheap case)."""
+        if self.settings.untouched:
+            return None
         values = self.settings.get(model)
         levels = values["trace_level"]
         if levels == ["OFF"] or levels == "OFF" or not _text(values["trace_file"]):
