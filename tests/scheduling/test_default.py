@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -15,6 +16,8 @@ from ptserve.core.stats import ModelStats
 from ptserve.scheduling.default import DIRECT_LIMIT_NS, DefaultScheduler
 from ptserve.scheduling.work import WorkItem
 from ptserve.scheduling.worker import InstanceWorker
+
+T = TypeVar("T")
 
 
 class Recorder(BackendInstance):
@@ -55,21 +58,28 @@ async def run(scheduler: DefaultScheduler) -> int:
     return int((await item.future)["OUT"][0])
 
 
-def test_first_request_goes_to_the_worker_then_fast_ones_run_on_the_loop() -> None:
-    scheduler, worker, _ = setup()
-
-    async def main() -> list[int]:
-        threads = []
-        for _ in range(3):
-            threads.append(await run(scheduler))
-            await asyncio.sleep(0.01)  # the worker lets go of the instance after answering
-        return threads
-
+def finish(scheduler: DefaultScheduler, worker: InstanceWorker, main: Coroutine[Any, Any, T]) -> T:
+    """Run ``main`` on a fresh event loop, then stop the worker."""
     try:
-        threads = asyncio.run(main())
+        return asyncio.run(main)
     finally:
         scheduler.close(1)
         worker.join(5)
+
+
+async def one_by_one(scheduler: DefaultScheduler, count: int = 3, pause: float = 0.0) -> list[int]:
+    """The threads that ran ``count`` requests sent one after the other."""
+    threads = []
+    for _ in range(count):
+        threads.append(await run(scheduler))
+        await asyncio.sleep(pause)
+    return threads
+
+
+def test_first_request_goes_to_the_worker_then_fast_ones_run_on_the_loop() -> None:
+    scheduler, worker, _ = setup()
+    # The pause lets the worker let go of the instance after answering.
+    threads = finish(scheduler, worker, one_by_one(scheduler, pause=0.01))
     loop_thread = threading.get_ident()
     # Nothing is known of the model before its first execution, so that one runs on the worker.
     assert threads[0] == worker.thread.ident
@@ -79,48 +89,27 @@ def test_first_request_goes_to_the_worker_then_fast_ones_run_on_the_loop() -> No
 
 def test_slow_executions_stay_on_the_worker() -> None:
     scheduler, worker, _ = setup(delay=2 * DIRECT_LIMIT_NS / 1e9)
-
-    async def main() -> list[int]:
-        return [await run(scheduler) for _ in range(3)]
-
-    try:
-        threads = asyncio.run(main())
-    finally:
-        scheduler.close(1)
-        worker.join(5)
+    threads = finish(scheduler, worker, one_by_one(scheduler))
     assert threads == [worker.thread.ident] * 3
     assert worker.average_ns > DIRECT_LIMIT_NS
 
 
 def test_without_direct_runs_everything_goes_to_the_worker() -> None:
     scheduler, worker, _ = setup(direct=False)
-
-    async def main() -> list[int]:
-        return [await run(scheduler) for _ in range(3)]
-
-    try:
-        threads = asyncio.run(main())
-    finally:
-        scheduler.close(1)
-        worker.join(5)
+    threads = finish(scheduler, worker, one_by_one(scheduler))
     assert threads == [worker.thread.ident] * 3
 
 
 def test_a_busy_instance_makes_the_request_queue() -> None:
     scheduler, worker, _ = setup()
 
-    async def main() -> list[int]:
+    async def main() -> int:
         await run(scheduler)  # the first, measured, execution
         with worker.claim:  # the instance is busy: the request must wait for the worker
             item = WorkItem(request(), asyncio.get_running_loop())
             scheduler.enqueue(item)
             await asyncio.sleep(0.05)
             assert not item.future.done()
-        return [int((await item.future)["OUT"][0])]
+        return int((await item.future)["OUT"][0])
 
-    try:
-        threads = asyncio.run(main())
-    finally:
-        scheduler.close(1)
-        worker.join(5)
-    assert threads == [worker.thread.ident]
+    assert finish(scheduler, worker, main()) == worker.thread.ident
