@@ -110,6 +110,7 @@ class HttpProtocol(asyncio.Protocol):
         self._headers: dict[str, str] = {}
         self._current: HttpRequest | None = None
         self._discard = False
+        self._partial = False  # a request has begun and not yet arrived whole
 
     # --- asyncio.Protocol ------------------------------------------------------------------
 
@@ -145,6 +146,11 @@ class HttpProtocol(asyncio.Protocol):
             self._fail(400, "protocol upgrades are not supported")
         except httptools.HttpParserError as exc:
             self._fail(400, f"malformed HTTP request: {exc}")
+        # A request that did not arrive whole with this data gets a deadline for the rest; one
+        # that did (nearly all) never needs a timer.
+        if self._partial and self._read_timer is None and self.read_timeout > 0 and not self.closed:
+            loop = asyncio.get_running_loop()
+            self._read_timer = loop.call_later(self.read_timeout, self._read_timed_out)
 
     # --- httptools callbacks ---------------------------------------------------------------
 
@@ -153,9 +159,7 @@ class HttpProtocol(asyncio.Protocol):
         self._headers = {}
         self._current = None
         self._discard = False
-        if self.read_timeout > 0:
-            loop = asyncio.get_running_loop()
-            self._read_timer = loop.call_later(self.read_timeout, self._read_timed_out)
+        self._partial = True
 
     def _read_timed_out(self) -> None:
         """A request that started but did not arrive whole in time (a slow or stalled client)."""
@@ -208,6 +212,7 @@ class HttpProtocol(asyncio.Protocol):
             )
 
     def on_message_complete(self) -> None:
+        self._partial = False
         if self._read_timer is not None:
             self._read_timer.cancel()
             self._read_timer = None
