@@ -11,6 +11,7 @@ import numpy as np
 from ptserve.core import datatypes
 from ptserve.core.errors import invalid_arg
 from ptserve.core.iospec import IOSpec, ModelIO
+from ptserve.core.memo import Memo
 from ptserve.core.prepared import OutputMap, PreparedRequest
 from ptserve.core.types import InferRequest, InferResponse, RequestedOutput, Tensor
 
@@ -43,21 +44,7 @@ class PreparePlan:
         return prepared, self.requested
 
 
-class PlanCache:
-    """The plans of one model version by request signature (a reload starts a new cache)."""
-
-    LIMIT = 256  # distinct signatures kept; beyond it the cache starts afresh
-
-    def __init__(self) -> None:
-        self._plans: dict[Hashable, PreparePlan] = {}
-
-    def get(self, signature: Hashable) -> PreparePlan | None:
-        return self._plans.get(signature)
-
-    def put(self, signature: Hashable, plan: PreparePlan) -> None:
-        if len(self._plans) >= self.LIMIT:
-            self._plans.clear()
-        self._plans[signature] = plan
+PlanCache = Memo[Hashable, PreparePlan]  # one per model version: a reload starts afresh
 
 
 def prepare(
@@ -67,11 +54,9 @@ def prepare(
 
     With ``plans``, a request whose signature was checked before skips the checks.
     """
-    signature = request.signature if plans is not None else None
-    if signature is not None and plans is not None:
-        plan = plans.get(signature)
-        if plan is not None:
-            return plan.apply(request, io.batching)
+    signature = request.signature
+    if signature is not None and plans is not None and (plan := plans.get(signature)) is not None:
+        return plan.apply(request, io.batching)
     model = request.model_name
     seen: dict[str, Tensor] = {}
     positions: dict[str, int] = {}

@@ -111,7 +111,7 @@ def test_headers_with_per_request_or_changing_meaning_are_not_kept(header: dict[
 
 def test_the_cache_starts_afresh_when_full() -> None:
     cache = codec.HeaderCache()
-    for index in range(codec.HeaderCache.LIMIT + 1):
+    for index in range(cache.limit + 1):
         raw, length = body(binary_header(id=str(index)), np.zeros((1, 4), np.float32))
         codec.decode_request("m", "", raw, length, None, cache)
-    assert len(cache._entries) == 1
+    assert len(cache) == 1

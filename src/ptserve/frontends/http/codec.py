@@ -10,35 +10,12 @@ import orjson
 
 from ptserve.core import datatypes
 from ptserve.core.errors import invalid_arg
+from ptserve.core.memo import Memo
 from ptserve.core.shared_memory import SharedMemoryRegistry, output_placements, placement
 from ptserve.core.types import InferRequest, InferResponse, RequestedOutput, Tensor
 from ptserve.frontends import tensors
 
 HEADER_LENGTH = "inference-header-content-length"
-
-
-class HeaderCache:
-    """What earlier JSON headers decoded to, keyed by their exact bytes.
-
-    Clients send the same header again and again with new binary data; a header seen before
-    skips parsing and checking and only cuts the tensors out of the new data. Only headers whose
-    inputs are all binary and that name no shared memory and no sequence are kept (those carry
-    per-request values or depend on state that can change); the core is told the header's key
-    so that it can skip checking the request against the model too (``InferRequest.signature``).
-    """
-
-    LIMIT = 256  # distinct headers kept; beyond it the cache starts afresh
-
-    def __init__(self) -> None:
-        self._entries: dict[tuple[str, str, bytes], _Template] = {}
-
-    def get(self, key: tuple[str, str, bytes]) -> _Template | None:
-        return self._entries.get(key)
-
-    def put(self, key: tuple[str, str, bytes], template: _Template) -> None:
-        if len(self._entries) >= self.LIMIT:
-            self._entries.clear()
-        self._entries[key] = template
 
 
 @dataclass(slots=True, frozen=True)
@@ -71,6 +48,16 @@ class _Template:
         )
 
 
+# What earlier JSON headers decoded to, keyed by (model, version, the header's exact bytes).
+# Clients send one header again and again with new binary data; a header seen before skips
+# parsing and checking and only cuts the tensors out of the new data. Only headers whose inputs
+# are all binary and that name no shared memory and no sequence are kept (those carry
+# per-request values or depend on state that can change); the request carries the key as its
+# ``signature`` so that the core can skip checking it against the model too.
+HeaderKey = tuple[str, str, bytes]
+HeaderCache = Memo[HeaderKey, _Template]
+
+
 def _template(request: InferRequest, header: dict[str, Any]) -> _Template | None:
     """The request's template, when its header may be reused (see HeaderCache)."""
     if "sequence_id" in request.parameters:
@@ -78,7 +65,7 @@ def _template(request: InferRequest, header: dict[str, Any]) -> _Template | None
     sizes: list[int] = []
     for raw in header["inputs"]:
         params = raw.get("parameters") or {}
-        if "data" in raw or "binary_data_size" not in params or placement("", params):
+        if "data" in raw or "binary_data_size" not in params or placement("", params) is not None:
             return None
         sizes.append(params["binary_data_size"])
     for output in request.outputs or ():
