@@ -3,7 +3,9 @@
     python -m benchmarks.scheduling [--seconds 5] [--repeats 2] [--concurrency 32]
 
 The server runs on core 0 (``taskset``), perf_analyzer (binary tensors) on core 1, torch at one
-thread. The in-process baseline calls the same TorchScript file at batch 32 on core 0. Every
+thread. The in-process baseline calls the same TorchScript file at batch 32 on core 0, once as a
+plain process and once with the server's host memory setting (``--retain-host-memory``, on by
+default), which speeds the model itself up: the second ratio is the serving overhead alone. Every
 figure is printed beside the one it is compared with, from the same run, because absolute numbers
 on a shared two-core machine drift; ``--repeats`` shows how much. The batch-size histograms come
 from the server's statistics endpoint.
@@ -30,6 +32,7 @@ from tests.serverproc import ServerProcess
 
 from benchmarks.serving import perf_analyzer_path
 from ptserve.examples import CNN_CONFIG, MLP_CONFIG, build_example_repository
+from ptserve.host_memory import retain_freed_memory
 
 SHAPES = {"mlp": (64,), "cnn": (3, 32, 32)}
 BATCHED = "dynamic_batching { max_queue_delay_microseconds: 1000 }"
@@ -61,29 +64,40 @@ def write_variants(repository: Path) -> None:
             (repository / name / "config.pbtxt").write_text(f"{text}\n{ONE_INSTANCE}\n{extra}\n")
 
 
-def in_process(repository: Path, model: str, batch: int, seconds: float, core: int) -> float:
-    """Inferences/s of the TorchScript file called directly at ``batch`` on ``core``."""
-    previous = os.sched_getaffinity(0)
-    threads = torch.get_num_threads()
-    os.sched_setaffinity(0, {core})
+def in_process(model_file: Path, shape: tuple[int, ...], seconds: float, retain: bool) -> float:
+    """Samples/s of the TorchScript file called directly on the first core, in a fresh
+    interpreter: the host memory setting (``--retain-host-memory``) is per process."""
+    command = [
+        "taskset", "-c", "0", sys.executable, "-m", "benchmarks.scheduling",
+        "--baseline", str(model_file), "--shape", ",".join(map(str, shape)),
+        "--seconds", str(seconds),
+    ]  # fmt: skip
+    if retain:
+        command.append("--retain-host-memory")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    result = subprocess.run(
+        command, check=True, capture_output=True, text=True, env=env, timeout=seconds * 10 + 120
+    )
+    return float(result.stdout.split()[-1])
+
+
+def baseline(model_file: Path, shape: tuple[int, ...], seconds: float, retain: bool) -> float:
+    """The in-process measurement itself (run by ``in_process`` in its own interpreter)."""
+    if retain:
+        retain_freed_memory()
     torch.set_num_threads(1)
-    try:
-        module = torch.jit.load(str(repository / model / "1" / "model.pt"))
-        module.eval()
-        shape = (batch, *SHAPES[model.split("_")[0]])
-        data = torch.from_numpy(np.random.default_rng(0).standard_normal(shape, dtype=np.float32))
-        with torch.inference_mode():
-            for _ in range(20):
-                module(data)
-            calls = 0
-            started = time.perf_counter()
-            while time.perf_counter() - started < seconds:
-                module(data)
-                calls += 1
-            return calls * batch / (time.perf_counter() - started)
-    finally:
-        torch.set_num_threads(threads)
-        os.sched_setaffinity(0, previous)
+    module = torch.jit.load(str(model_file))
+    module.eval()
+    data = torch.from_numpy(np.random.default_rng(0).standard_normal(shape, dtype=np.float32))
+    with torch.inference_mode():
+        for _ in range(20):
+            module(data)
+        calls = 0
+        started = time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            module(data)
+            calls += 1
+        return calls * shape[0] / (time.perf_counter() - started)
 
 
 def perf_analyzer(
@@ -118,7 +132,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--baseline", type=Path, help=argparse.SUPPRESS)  # see in_process()
+    parser.add_argument("--shape", help=argparse.SUPPRESS)
+    parser.add_argument("--retain-host-memory", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.baseline:
+        shape = tuple(int(d) for d in args.shape.split(","))
+        print(baseline(args.baseline, shape, args.seconds, args.retain_host_memory))
+        return
     binary = perf_analyzer_path()
     if binary is None:
         sys.exit("perf_analyzer is not installed: set PERF_ANALYZER to its path")
@@ -129,15 +150,21 @@ def main(argv: list[str] | None = None) -> None:
         url = server.http_url
         for repeat in range(args.repeats):
             row: dict[str, Any] = {"repeat": repeat}
-            row["cnn_inproc_b32"] = in_process(repository, "cnn_plain", 32, args.seconds, core=0)
+            cnn_file = repository / "cnn_plain" / "1" / "model.pt"
+            shape = (32, *SHAPES["cnn"])
+            row["cnn_inproc_b32"] = in_process(cnn_file, shape, args.seconds, retain=False)
+            row["cnn_inproc_b32_retained"] = in_process(cnn_file, shape, args.seconds, retain=True)
             for model in ("cnn_batched", "mlp_batched", "mlp_plain"):
                 row[model] = perf_analyzer(binary, url, model, args.concurrency, args.seconds, 1)
             runs.append(row)
             cnn, mlp, plain = row["cnn_batched"], row["mlp_batched"], row["mlp_plain"]
+            retained = row["cnn_inproc_b32_retained"]
             print(
                 f"repeat {repeat}: cnn batched {cnn['throughput']:.0f} inf/s vs in-process "
                 f"batch-32 {row['cnn_inproc_b32']:.0f} inf/s = "
-                f"{cnn['throughput'] / row['cnn_inproc_b32']:.1%}; mlp batched "
+                f"{cnn['throughput'] / row['cnn_inproc_b32']:.1%} (in-process with the "
+                f"server's host memory setting: {retained:.0f} inf/s = "
+                f"{cnn['throughput'] / retained:.1%}); mlp batched "
                 f"{mlp['throughput']:.0f} vs plain {plain['throughput']:.0f} inf/s = "
                 f"{mlp['throughput'] / plain['throughput']:.2f}x",
                 flush=True,
