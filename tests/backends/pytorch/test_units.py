@@ -141,6 +141,22 @@ def test_thread_pool_first_model_wins_and_later_ones_are_warned(
         torch.set_num_threads(original)
 
 
+def test_a_thread_running_several_models_gets_each_its_pool_size() -> None:
+    """The event loop runs short executions of any model: each gets its runtime's size."""
+    original = torch.get_num_threads()
+    pools = ThreadPools()
+    pools.initial_intra = 2
+    try:
+        pools.enter_worker(1)  # a Python-runtime model
+        assert torch.get_num_threads() == 1
+        pools.enter_worker(None)  # a TorchScript model after it, on the same thread
+        assert torch.get_num_threads() == 2
+        pools.enter_worker(None)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(original)
+
+
 def args(*pairs: str) -> list[Argument]:
     return [Argument(*pair.split(":")) for pair in pairs]
 

@@ -193,20 +193,22 @@ class ThreadPools:
         return (wanted, model)
 
     def enter_worker(self, runtime_default: int | None) -> None:
-        """Size the intra-op pool of the calling worker thread (once per thread).
+        """Size the intra-op pool of the calling thread for the model about to run on it.
 
-        OpenMP keeps the size per thread, so each instance thread applies the process-wide
-        value if a model set one, else its runtime's default (1 for the Python runtime).
+        OpenMP keeps the size per thread, so each thread applies the process-wide value if a
+        model set one, else the runtime's default (1 for the Python runtime). An instance
+        thread serves one model, but the event loop runs short executions of any model
+        (direct runs), so the size is set again whenever it differs from the thread's last.
         """
-        if getattr(self._local, "ready", False):
-            return
-        self._local.ready = True
         if self.intra is not None:
             wanted = self.intra[0]
         elif runtime_default is not None:
             wanted = runtime_default
         else:
             wanted = self.initial_intra
+        if getattr(self._local, "size", None) == wanted:
+            return
+        self._local.size = wanted
         if torch.get_num_threads() != wanted:
             torch.set_num_threads(wanted)
 
