@@ -16,8 +16,8 @@ from ptserve.scheduling.base import Scheduler
 from ptserve.scheduling.work import Batch, WorkItem
 from ptserve.scheduling.worker import InstanceWorker
 
-# Executions up to this long (moving average) may run on the event loop: it then blocks the
-# other connections for about as long as parsing a request takes, not longer.
+# Executions up to this long (moving average) may run on the event loop, which serves no other
+# connection meanwhile: a few requests' worth of parsing, in exchange for two thread hand-offs.
 DIRECT_LIMIT_NS = 500_000
 
 

@@ -115,3 +115,14 @@ def test_the_cache_starts_afresh_when_full() -> None:
         raw, length = body(binary_header(id=str(index)), np.zeros((1, 4), np.float32))
         codec.decode_request("m", "", raw, length, None, cache)
     assert len(cache) == 1
+
+
+def test_long_headers_are_not_kept() -> None:
+    """A client cannot fill the server's memory with distinct huge headers."""
+    cache = codec.HeaderCache()
+    raw, length = body(
+        binary_header(id="x" * codec.CACHED_HEADER_MAX), np.zeros((1, 4), np.float32)
+    )
+    request = codec.decode_request("m", "", raw, length, None, cache)
+    assert request.id == "x" * codec.CACHED_HEADER_MAX
+    assert len(cache) == 0 and request.signature is None

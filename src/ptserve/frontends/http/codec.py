@@ -55,6 +55,7 @@ class _Template:
 # per-request values or depend on state that can change); the request carries the key as its
 # ``signature`` so that the core can skip checking it against the model too.
 HeaderKey = tuple[str, str, bytes]
+CACHED_HEADER_MAX = 4096  # bytes; longer headers are rare and would make the cache large
 HeaderCache = Memo[HeaderKey, _Template]
 
 
@@ -105,7 +106,8 @@ def decode_request(
             f"{len(view)} bytes"
         )
     key = None
-    if cache is not None and header_length < len(view):  # binary data follows the header
+    binary_follows = header_length < len(view)
+    if cache is not None and binary_follows and header_length <= CACHED_HEADER_MAX:
         key = (model, version, bytes(view[:header_length]))
         template = cache.get(key)
         if template is not None and len(view) - header_length == template.binary_size:
