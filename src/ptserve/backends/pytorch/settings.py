@@ -47,6 +47,18 @@ class Settings:
     # Enforced by the version's watchdog in the scheduling layer (any backend); read here too so
     # that it is checked and logged with the other parameters.
     execution_timeout_ms: int = 0
+    # Whether executions change process-wide torch modes (and must restore them): decided once.
+    switches_modes: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        switches = (
+            self.disable_optimized_execution
+            or self.disable_cudnn
+            or self.jit_executor is not None
+            or self.jit_profiling is not None
+            or self.tensor_fuser is not None
+        )
+        object.__setattr__(self, "switches_modes", switches)
 
     @classmethod
     def from_config(cls, config: ModelConfig) -> Settings:
@@ -92,17 +104,6 @@ class Settings:
             log.info("Execution timeout is %d ms %s", self.execution_timeout_ms, where)
         if self.method != "forward":
             log.info("Method '%s' is called instead of forward %s", self.method, where)
-
-    @property
-    def switches_modes(self) -> bool:
-        """Whether executions change process-wide torch modes (and must restore them)."""
-        return (
-            self.disable_optimized_execution
-            or self.disable_cudnn
-            or self.jit_executor is not None
-            or self.jit_profiling is not None
-            or self.tensor_fuser is not None
-        )
 
     def execution_scope(self) -> contextlib.AbstractContextManager[object]:
         """Grad mode, executor modes and cuDNN as this model wants them, restored afterwards."""

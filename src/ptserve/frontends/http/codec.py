@@ -113,9 +113,9 @@ def decode_request(
         if template is not None and len(view) - header_length == template.binary_size:
             return template.request(model, version, view[header_length:], key)
         # (binary data of another size: the full decoder says which input it does not fit)
-    request = _decode(model, version, view, header_length, shared_memory)
+    request, header = _decode(model, version, view, header_length, shared_memory)
     if key is not None and cache is not None:
-        template = _template(request, orjson.loads(key[2]))
+        template = _template(request, header)
         if template is not None:
             cache.put(key, template)
             request.signature = key
@@ -128,7 +128,8 @@ def _decode(
     view: memoryview,
     header_length: int,
     shared_memory: SharedMemoryRegistry | None,
-) -> InferRequest:
+) -> tuple[InferRequest, dict[str, Any]]:
+    """The request, and the header's JSON it came from."""
     try:
         header = orjson.loads(view[:header_length])
     except orjson.JSONDecodeError as exc:
@@ -165,7 +166,7 @@ def _decode(
         outputs = [
             _decode_output(position, raw, shared_memory) for position, raw in enumerate(raw_outputs)
         ]
-    return InferRequest(
+    request = InferRequest(
         model_name=model,
         model_version=version,
         id=request_id,
@@ -173,6 +174,7 @@ def _decode(
         outputs=outputs,
         parameters=parameters,
     )
+    return request, header
 
 
 def _parameters(value: Any, where: str) -> dict[str, Any]:
