@@ -15,9 +15,9 @@ from ptserve.core.control import CONTROL_MODES
 from ptserve.core.errors import ServerError
 from ptserve.core.server import InferenceServer, ServerOptions
 from ptserve.frontends.grpc import (
+    TRANSPORTS,
     parse_protocol_restriction,
     protocol_restrictions,
-    server_credentials,
     start_grpc_server,
 )
 from ptserve.frontends.http import (
@@ -112,11 +112,6 @@ def _tls_files(args: argparse.Namespace, prefix: str) -> tuple[str, str, str] | 
     if mutual and not root:
         raise SystemExit(f"--{prefix}-use-ssl-mutual needs --{prefix}-root-cert")
     return cert, key, root if mutual else ""
-
-
-def _grpc_credentials(args: argparse.Namespace) -> Any:
-    files = _tls_files(args, "grpc")
-    return None if files is None else server_credentials(*files)
 
 
 def _http_ssl(args: argparse.Namespace) -> Any:
@@ -287,6 +282,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="answer PERMISSION_DENIED for these protocol groups unless the call carries "
         "metadata triton-grpc-protocol-KEY equal to VALUE (repeatable)",
     )
+    grpc.add_argument(
+        "--grpc-transport",
+        choices=TRANSPORTS,
+        default="native",
+        help="native: HTTP/2 served on the event loop with the rest of the server (default); "
+        "aio: grpcio's own server, which polls connections on threads of its own",
+    )
     _add_tls_flags(grpc, "grpc", "gRPC TLS", bool_flag)
 
     metrics = parser.add_argument_group("Metrics")
@@ -415,7 +417,8 @@ async def serve(args: argparse.Namespace) -> int:
                 args.grpc_address,
                 args.grpc_port,
                 protocol_restrictions(list(args.grpc_restricted_protocol)),
-                _grpc_credentials(args),
+                _tls_files(args, "grpc"),
+                args.grpc_transport,
             )
         except (OSError, ValueError) as exc:
             log.error("%s", exc)

@@ -1,16 +1,23 @@
-"""The ``inference.GRPCInferenceService`` frontend on ``grpc.aio``, sharing the core with HTTP."""
+"""The ``inference.GRPCInferenceService`` frontend (native HTTP/2 or ``grpc.aio``), sharing the
+core with HTTP."""
 
 from __future__ import annotations
 
 from ptserve.frontends.grpc.guard import parse_protocol_restriction, protocol_restrictions
-from ptserve.frontends.grpc.server import MAX_MESSAGE_BYTES, server_credentials, start_grpc_server
+from ptserve.frontends.grpc.server import (
+    MAX_MESSAGE_BYTES,
+    TRANSPORTS,
+    TlsFiles,
+    start_grpc_server,
+)
 from ptserve.frontends.grpc.servicer import InferenceServicer
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
+    "TRANSPORTS",
     "InferenceServicer",
+    "TlsFiles",
     "parse_protocol_restriction",
     "protocol_restrictions",
-    "server_credentials",
     "start_grpc_server",
 ]

@@ -1,4 +1,5 @@
-"""Starting and stopping the ``grpc.aio`` server that carries the inference service."""
+"""Starting and stopping the gRPC server that carries the inference and health services, on
+either transport; both serve the same guarded method handlers."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from tritonclient.grpc import service_pb2_grpc
 from ptserve.core.server import InferenceServer
 from ptserve.frontends.grpc import health
 from ptserve.frontends.grpc.guard import PROTOCOL_OF, guard_service
+from ptserve.frontends.grpc.native import NativeGrpcServer
 from ptserve.frontends.grpc.servicer import InferenceServicer
 from ptserve.frontends.restrictions import Restrictions
+from ptserve.frontends.tls import server_ssl_context
 
 SERVICE = "inference.GRPCInferenceService"
 
@@ -49,9 +52,14 @@ def inference_handlers(servicer: InferenceServicer) -> dict[str, Any]:
     return collector.handlers
 
 
-def server_credentials(certfile: str, keyfile: str, root_certfile: str = "") -> Any:
-    """TLS for the listener; with ``root_certfile`` clients must present a certificate it
-    signed (mutual TLS). Raises OSError when a file cannot be read."""
+TlsFiles = tuple[str, str, str]  # certificate, key, client CA ("" without mutual TLS)
+TRANSPORTS = ("native", "aio")
+
+
+def aio_credentials(tls: TlsFiles) -> Any:
+    """grpc.aio's TLS; with a client CA clients must present a certificate it signed (mutual
+    TLS). Raises OSError when a file cannot be read."""
+    certfile, keyfile, root_certfile = tls
     cert, key = Path(certfile).read_bytes(), Path(keyfile).read_bytes()
     root = Path(root_certfile).read_bytes() if root_certfile else None
     return grpc.ssl_server_credentials(
@@ -59,17 +67,48 @@ def server_credentials(certfile: str, keyfile: str, root_certfile: str = "") -> 
     )
 
 
-def _add_service(
-    grpc_server: Any,
-    service: str,
-    handlers: dict[str, Any],
-    request_types: dict[str, str],
-    groups: dict[str, str],
-    restrictions: Restrictions,
-) -> None:
-    guarded = guard_service(handlers, request_types, groups, restrictions)
-    grpc_server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, guarded),))
-    grpc_server.add_registered_method_handlers(service, guarded)
+def guarded_methods(server: InferenceServer, restrictions: Restrictions) -> dict[str, Any]:
+    """Every method of both services, guarded, keyed by ``/service/method``."""
+    methods = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods_by_name
+    request_types = {name: method.input_type.full_name for name, method in methods.items()}
+    handlers = inference_handlers(InferenceServicer(server))
+    services = {SERVICE: guard_service(handlers, request_types, PROTOCOL_OF, restrictions)}
+    health_handlers = health.health_handlers(server)
+    services[health.SERVICE] = guard_service(
+        health_handlers,
+        dict.fromkeys(health_handlers, health.REQUEST_TYPE),
+        dict.fromkeys(health_handlers, "health"),
+        restrictions,
+    )
+    return {
+        f"/{service}/{name}": handler
+        for service, handlers in services.items()
+        for name, handler in handlers.items()
+    }
+
+
+async def _start_aio(methods: dict[str, Any], address: str, tls: TlsFiles | None) -> Any:
+    grpc_server = grpc.aio.server(options=SERVER_OPTIONS)
+    by_service: dict[str, dict[str, Any]] = {}
+    for path, handler in methods.items():
+        service, name = path[1:].split("/")
+        by_service.setdefault(service, {})[name] = handler
+    for service, handlers in by_service.items():
+        grpc_server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(service, handlers),)
+        )
+        grpc_server.add_registered_method_handlers(service, handlers)
+    try:
+        if tls is None:
+            bound = grpc_server.add_insecure_port(address)
+        else:
+            bound = grpc_server.add_secure_port(address, aio_credentials(tls))
+    except RuntimeError as exc:
+        raise OSError(f"cannot listen for gRPC on {address}: {exc}") from None
+    if bound == 0:
+        raise OSError(f"cannot listen for gRPC on {address}")
+    await grpc_server.start()
+    return grpc_server
 
 
 async def start_grpc_server(
@@ -77,37 +116,24 @@ async def start_grpc_server(
     host: str,
     port: int,
     restrictions: Restrictions | None = None,
-    credentials: Any = None,
+    tls: TlsFiles | None = None,
+    transport: str = "native",
 ) -> Any:
-    """Listen on ``host:port`` (TLS when ``credentials`` are given) and start serving; stop it
-    with ``await result.stop(grace)``.
+    """Listen on ``host:port`` (TLS when ``tls`` names the files) and start serving; stop it
+    with ``await result.stop(grace)``. ``transport`` is ``native`` (HTTP/2 on the event loop)
+    or ``aio`` (grpcio's server, whose own threads poll the connections).
 
-    Raises OSError when the address cannot be bound.
+    Raises OSError when the address cannot be bound or a TLS file cannot be read.
     """
-    restrictions = restrictions or Restrictions([])
-    grpc_server = grpc.aio.server(options=SERVER_OPTIONS)
-    methods = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods_by_name
-    request_types = {name: method.input_type.full_name for name, method in methods.items()}
-    handlers = inference_handlers(InferenceServicer(server))
-    _add_service(grpc_server, SERVICE, handlers, request_types, PROTOCOL_OF, restrictions)
-    health_handlers = health.health_handlers(server)
-    _add_service(
-        grpc_server,
-        health.SERVICE,
-        health_handlers,
-        dict.fromkeys(health_handlers, health.REQUEST_TYPE),
-        dict.fromkeys(health_handlers, "health"),
-        restrictions,
-    )
+    if transport not in TRANSPORTS:
+        raise ValueError(f"unknown gRPC transport '{transport}', expected one of {TRANSPORTS}")
+    methods = guarded_methods(server, restrictions or Restrictions([]))
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if transport == "aio":
+        return await _start_aio(methods, address, tls)
+    native = NativeGrpcServer(methods, MAX_MESSAGE_BYTES)
     try:
-        if credentials is None:
-            bound = grpc_server.add_insecure_port(address)
-        else:
-            bound = grpc_server.add_secure_port(address, credentials)
-    except RuntimeError as exc:
+        await native.start(host, port, None if tls is None else server_ssl_context(*tls))
+    except OSError as exc:
         raise OSError(f"cannot listen for gRPC on {address}: {exc}") from None
-    if bound == 0:
-        raise OSError(f"cannot listen for gRPC on {address}")
-    await grpc_server.start()
-    return grpc_server
+    return native

@@ -9,6 +9,7 @@ from ptserve.core.server import InferenceServer
 from ptserve.frontends.http.app import HttpApp
 from ptserve.frontends.http.protocol import DEFAULT_READ_TIMEOUT, HttpProtocol
 from ptserve.frontends.http.restrictions import Restrictions, parse_restriction
+from ptserve.frontends.tls import server_ssl_context
 
 DEFAULT_MAX_INPUT_SIZE = 64 * 1024 * 1024
 
@@ -33,16 +34,6 @@ async def start_http_server(
         backlog=1024,
         ssl=ssl_context,
     )
-
-
-def server_ssl_context(certfile: str, keyfile: str, ca_certfile: str = "") -> ssl.SSLContext:
-    """TLS for the listener; with ``ca_certfile`` clients must present a certificate it signed."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(certfile, keyfile)
-    if ca_certfile:
-        context.load_verify_locations(ca_certfile)
-        context.verify_mode = ssl.CERT_REQUIRED
-    return context
 
 
 __all__ = [

@@ -1,0 +1,6 @@
+"""gRPC over our own HTTP/2 on the event loop: the calls run where the rest of the server runs,
+with no second thread contending for the interpreter."""
+
+from ptserve.frontends.grpc.native.server import NativeGrpcServer
+
+__all__ = ["NativeGrpcServer"]
