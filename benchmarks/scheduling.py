@@ -1,6 +1,7 @@
 """Dynamic batching under load: the example CNN and MLP served with and without batching.
 
     python -m benchmarks.scheduling [--seconds 5] [--repeats 2] [--concurrency 32]
+                                    [--protocol http|grpc]
 
 The server runs on core 0 (``taskset``), perf_analyzer (binary tensors) on core 1, torch at one
 thread. The in-process baseline calls the same TorchScript file at batch 32 on core 0, once as a
@@ -101,12 +102,18 @@ def baseline(model_file: Path, shape: tuple[int, ...], seconds: float, retain: b
 
 
 def perf_analyzer(
-    binary: str, url: str, model: str, concurrency: int, seconds: float, core: int
+    binary: str,
+    url: str,
+    model: str,
+    concurrency: int,
+    seconds: float,
+    core: int,
+    protocol: str = "http",
 ) -> dict[str, float]:
     with tempfile.NamedTemporaryFile(suffix=".csv") as report:
         command = [
             "taskset", "-c", str(core), binary,
-            "-m", model, "-u", url, "-i", "http", "-b", "1",
+            "-m", model, "-u", url, "-i", protocol, "-b", "1",
             "--concurrency-range", str(concurrency),
             "--measurement-interval", str(int(seconds * 1000)),
             "--stability-percentage", "50",
@@ -132,6 +139,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--protocol", choices=["http", "grpc"], default="http")
     parser.add_argument("--baseline", type=Path, help=argparse.SUPPRESS)  # see in_process()
     parser.add_argument("--shape", help=argparse.SUPPRESS)
     parser.add_argument("--retain-host-memory", action="store_true", help=argparse.SUPPRESS)
@@ -148,6 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     runs: list[dict[str, Any]] = []
     with PinnedServer([repository], core=0) as server:
         url = server.http_url
+        load_url = server.grpc_url if args.protocol == "grpc" else url
         for repeat in range(args.repeats):
             row: dict[str, Any] = {"repeat": repeat}
             cnn_file = repository / "cnn_plain" / "1" / "model.pt"
@@ -155,7 +164,9 @@ def main(argv: list[str] | None = None) -> None:
             row["cnn_inproc_b32"] = in_process(cnn_file, shape, args.seconds, retain=False)
             row["cnn_inproc_b32_retained"] = in_process(cnn_file, shape, args.seconds, retain=True)
             for model in ("cnn_batched", "mlp_batched", "mlp_plain"):
-                row[model] = perf_analyzer(binary, url, model, args.concurrency, args.seconds, 1)
+                row[model] = perf_analyzer(
+                    binary, load_url, model, args.concurrency, args.seconds, 1, args.protocol
+                )
             runs.append(row)
             cnn, mlp, plain = row["cnn_batched"], row["mlp_batched"], row["mlp_plain"]
             retained = row["cnn_inproc_b32_retained"]

@@ -1,16 +1,19 @@
 """Serving overhead: the example MLP and CNN served over HTTP and gRPC vs. in-process.
 
     python -m benchmarks.serving [--repository DIR] [--concurrency 1 8] [--seconds 5]
-                                 [--protocols http grpc]
+                                 [--protocols http grpc grpc-aio]
 
 Uses perf_analyzer (binary tensors) when it is installed (``PERF_ANALYZER`` or
 ``~/.cache/perf-analyzer/perf_analyzer``), else a built-in tritonclient load loop. Figures are
 reported side by side from one run, since absolute numbers on a shared machine drift.
+``grpc`` is the default (native) gRPC transport; ``grpc-aio`` measures ``--grpc-transport=aio``
+on a second server process.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import io
 import os
@@ -148,7 +151,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--models", nargs="+", default=["mlp", "cnn"])
     parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 8])
     parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--protocols", nargs="+", choices=["http", "grpc"], default=["http"])
+    parser.add_argument(
+        "--protocols", nargs="+", choices=["http", "grpc", "grpc-aio"], default=["http"]
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads, both sides")
     parser.add_argument("--builtin", action="store_true", help="do not use perf_analyzer")
     args = parser.parse_args(argv)
@@ -170,15 +175,24 @@ def main(argv: list[str] | None = None) -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     env = {"OMP_NUM_THREADS": str(args.threads)}
-    with ServerProcess([repository], ["--log-info=false"], env=env) as server:
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(ServerProcess([repository], ["--log-info=false"], env=env))
+        servers = {"http": server, "grpc": server}
+        if "grpc-aio" in args.protocols:
+            aio_args = ["--log-info=false", "--grpc-transport=aio"]
+            servers["grpc-aio"] = stack.enter_context(
+                ServerProcess([repository], aio_args, env=env)
+            )
         for model in args.models:
             for concurrency in args.concurrency:
                 baseline = in_process(repository, model, args.seconds)
                 for protocol in args.protocols:
-                    url = server.grpc_url if protocol == "grpc" else server.http_url
+                    target = servers[protocol]
+                    wire = "http" if protocol == "http" else "grpc"
+                    url = target.http_url if wire == "http" else target.grpc_url
                     if analyzer:
                         served = served_perf_analyzer(
-                            analyzer, url, model, concurrency, args.seconds, protocol
+                            analyzer, url, model, concurrency, args.seconds, wire
                         )
                     elif protocol == "http":
                         served = served_builtin(url, model, concurrency, args.seconds)

@@ -32,11 +32,15 @@ def decode_service(data: bytes) -> str:
             _, position = _varint(data, position)
         elif wire == 2:
             length, position = _varint(data, position)
+            if position + length > len(data):
+                raise ValueError("truncated message")
             if field == 1:
                 service = data[position : position + length].decode("utf-8", "replace")
             position += length
         elif wire in (1, 5):
             position += 8 if wire == 1 else 4
+            if position > len(data):
+                raise ValueError("truncated message")
         else:
             raise ValueError(f"unsupported wire type {wire}")
     return service

@@ -123,18 +123,25 @@ def too_large(size: int, limit: int) -> str:
 
 
 class Requests:
-    """The request messages of a streaming call, as the async iterator its method reads."""
+    """The request messages of a streaming call, as the async iterator its method reads.
+    ``queued`` counts the bytes received and not yet taken, so the connection can hold back
+    the stream's flow-control window while the method falls behind."""
 
-    __slots__ = ("_deserialize", "_ended", "_items", "_waiter")
+    __slots__ = ("_deserialize", "_ended", "_items", "_on_taken", "_waiter", "queued")
 
-    def __init__(self, deserialize: Callable[[bytes], Any]) -> None:
+    def __init__(
+        self, deserialize: Callable[[bytes], Any], on_taken: Callable[[], None] = lambda: None
+    ) -> None:
         self._deserialize = deserialize
+        self._on_taken = on_taken
         self._items: deque[bytes] = deque()
         self._ended = False
         self._waiter: asyncio.Future[None] | None = None
+        self.queued = 0
 
     def put(self, message: bytes) -> None:
         self._items.append(message)
+        self.queued += len(message)
         self._wake()
 
     def end(self) -> None:
@@ -151,7 +158,10 @@ class Requests:
     async def _iterate(self) -> AsyncIterator[Any]:
         while True:
             if self._items:
-                yield self._deserialize(self._items.popleft())
+                message = self._items.popleft()
+                self.queued -= len(message)
+                self._on_taken()
+                yield self._deserialize(message)
             elif self._ended:
                 return
             else:
@@ -196,42 +206,47 @@ async def run_stream(
     sink.finish(stream_id, *context.outcome())
 
 
-class _Continue:
-    """Hands a coroutine that already ran up to its first suspension to a Task: yields the
-    future it is waiting on, then resumes it (values and exceptions alike) where it stopped."""
+class _Resume(Coroutine[Any, Any, None]):
+    """A coroutine that already ran up to its first suspension, in the form a Task takes: its
+    first step hands the Task the future the coroutine waits on; after that every value and
+    exception (a cancellation before the first step included) goes to the coroutine itself."""
 
     __slots__ = ("_coro", "_waiting")
 
     def __init__(self, coro: Coroutine[Any, Any, None], waiting: Any) -> None:
         self._coro = coro
-        self._waiting = waiting
+        self._waiting: Any = waiting
+
+    def send(self, value: Any) -> Any:
+        if self._waiting is not _RESUMED:
+            waiting, self._waiting = self._waiting, _RESUMED
+            return waiting
+        return self._coro.send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        self._waiting = _RESUMED
+        if val is None and tb is None:
+            return self._coro.throw(typ)
+        return self._coro.throw(typ, val, tb)
+
+    def close(self) -> None:
+        self._coro.close()
 
     def __await__(self) -> Generator[Any, None, None]:
-        coro, waiting = self._coro, self._waiting
-        while True:
-            try:
-                yield waiting
-            except BaseException as exc:  # cancellation included: the coroutine decides
-                try:
-                    waiting = coro.throw(exc)
-                except StopIteration:
-                    return
-            else:
-                try:
-                    waiting = coro.send(None)
-                except StopIteration:
-                    return
+        return self._coro.__await__()
 
 
-async def _continue(coro: Coroutine[Any, Any, None], waiting: Any) -> None:
-    await _Continue(coro, waiting)
+_RESUMED = object()
 
 
 def start(coro: Coroutine[Any, Any, None]) -> asyncio.Task[None] | None:
     """Run ``coro`` now, up to its first suspension; the rest, if any, runs in a Task (returned,
-    so it can be cancelled). None when it finished at once."""
+    so it can be cancelled). None when it finished at once.
+
+    Unlike in a Task, the code before the first suspension sees no current task (so it must
+    not use ``asyncio.timeout``)."""
     try:
         waiting = coro.send(None)
     except StopIteration:
         return None
-    return asyncio.get_running_loop().create_task(_continue(coro, waiting))
+    return asyncio.get_running_loop().create_task(_Resume(coro, waiting))

@@ -28,6 +28,7 @@ STREAM_WINDOW = 8 * 2**20
 CONNECTION_WINDOW = 64 * 2**20
 MAX_HEADER_LIST = 64 * 1024
 MAX_HEADER_BLOCK = 1024 * 1024
+LINGER_SECONDS = 1.0  # after GOAWAY and the last answer, how long to wait for the peer to close
 OUR_SETTINGS = {
     frames.ENABLE_PUSH: 0,
     frames.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
@@ -104,7 +105,9 @@ class Connection(asyncio.Protocol):
         self._unacked = 0
         self._going_away = False
         self._closed = False
-        self.idle = asyncio.Event()
+        self._winding_down = False
+        self.idle = asyncio.Event()  # no call in progress
+        self.closed = asyncio.Event()
 
     # --- asyncio.Protocol ---------------------------------------------------------------
 
@@ -137,6 +140,7 @@ class Connection(asyncio.Protocol):
         if self._flush_handle is not None:
             self._flush_handle.cancel()
         self.idle.set()
+        self.closed.set()
         self._on_close(self)
 
     # --- shutting down ------------------------------------------------------------------
@@ -163,8 +167,20 @@ class Connection(asyncio.Protocol):
             self.idle.clear()
         else:
             self.idle.set()
-            if self._going_away and self._transport is not None and not self._out:
-                self._transport.close()
+            if self._going_away:
+                self._wind_down()
+
+    def _wind_down(self) -> None:
+        """After GOAWAY, with no call left: stop writing, but keep reading until the peer
+        closes (or for LINGER_SECONDS). Closing at once could reset the connection while the
+        peer still has our last answers to read."""
+        if self._winding_down or self._closed or self._transport is None:
+            return
+        self._flush()
+        self._winding_down = True
+        if self._transport.can_write_eof():
+            self._transport.write_eof()
+        self._loop.call_later(LINGER_SECONDS, self.abort)
 
     # --- reading ------------------------------------------------------------------------
 
@@ -309,7 +325,7 @@ class Connection(asyncio.Protocol):
             return
         handler = self._methods.get(head.path)
         if handler is None:
-            self._refuse(stream_id, grpc.StatusCode.UNIMPLEMENTED, "method not found")
+            self._refuse(stream_id, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
             return
         stream = Stream(stream_id, head, handler, self._peer_window)
         self._streams[stream_id] = stream
@@ -320,7 +336,9 @@ class Connection(asyncio.Protocol):
             stream.deadline = self._loop.call_at(deadline, self._expire, stream)
         stream.context = Context(head, self._peer, deadline)
         if handler.stream_stream is not None:
-            stream.requests = Requests(handler.request_deserializer)
+            stream.requests = Requests(
+                handler.request_deserializer, lambda: self._give_window(stream)
+            )
             stream.task = calls.start(
                 calls.run_stream(self, stream_id, handler, stream.context, stream.requests)
             )
@@ -339,9 +357,6 @@ class Connection(asyncio.Protocol):
             return  # a call we already ended (or refused): its data is dropped
         stream.unacked += len(payload)
         data = frames.strip_padding(payload, flags)
-        if not flags & frames.END_STREAM and stream.unacked >= STREAM_WINDOW // 2:
-            self._emit(frames.window_update(stream_id, stream.unacked))
-            stream.unacked = 0
         try:
             self._take_messages(stream, data)
         except CallFailed as failed:
@@ -349,6 +364,19 @@ class Connection(asyncio.Protocol):
             return
         if flags & frames.END_STREAM:
             self._on_end(stream)
+        else:
+            self._give_window(stream)
+
+    def _give_window(self, stream: Stream) -> None:
+        """Reopen the stream's window once half of it was used, unless its method has fallen
+        behind (then the client waits until the method takes what came)."""
+        if stream.ended or stream.unacked < STREAM_WINDOW // 2:
+            return
+        if stream.requests is not None and stream.requests.queued >= STREAM_WINDOW // 2:
+            return
+        if self._streams.get(stream.id) is stream:
+            self._emit(frames.window_update(stream.id, stream.unacked))
+            stream.unacked = 0
 
     def _take_messages(self, stream: Stream, data: bytes) -> None:
         buffer = stream.buffer
@@ -520,10 +548,9 @@ class Connection(asyncio.Protocol):
 
     def _flush(self) -> None:
         self._flush_handle = None
-        if not self._out or self._transport is None or self._transport.is_closing():
+        transport = self._transport
+        if not self._out or transport is None or transport.is_closing() or self._winding_down:
             self._out.clear()
             return
         out, self._out = self._out, []
-        self._transport.write(out[0] if len(out) == 1 else b"".join(out))
-        if self._going_away and not self._streams:
-            self._transport.close()
+        transport.write(out[0] if len(out) == 1 else b"".join(out))

@@ -102,16 +102,16 @@ class HeaderDecoder:
             raise frames.ConnectionError_(
                 frames.COMPRESSION_ERROR, f"bad header block: {exc}"
             ) from None
-        head = request_head(fields)
         unchanged = (
             len(table.dynamic_entries) == size and _first(table) is first and table.maxsize == limit
         )
+        if not unchanged:  # before parsing, which may refuse the block: the table moved on
+            self._seen.clear()
+        head = request_head(fields)
         if unchanged:
             if len(self._seen) >= _SEEN_LIMIT:
                 self._seen.clear()
             self._seen[block] = head
-        else:
-            self._seen.clear()
         return head
 
 

@@ -49,7 +49,8 @@ class NativeGrpcServer:
         for connection in connections:
             connection.go_away()
         if grace and connections:
-            waiting = [asyncio.ensure_future(c.idle.wait()) for c in connections]
+            # Idle connections close once their peer has read the GOAWAY (or after lingering).
+            waiting = [asyncio.ensure_future(c.closed.wait()) for c in connections]
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.gather(*waiting), grace)
             for task in waiting:
