@@ -8,10 +8,12 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
@@ -280,19 +282,26 @@ def test_repository_api_refused_over_grpc_in_none_mode(tmp_path: Path) -> None:
         assert client.is_model_ready("scaled")
 
 
-def test_a_repeated_request_is_checked_again_after_the_model_changes(tmp_path: Path) -> None:
-    """Requests with the same JSON header reuse its checks only while the model is the same."""
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_repeated_request_is_checked_again_after_the_model_changes(
+    tmp_path: Path, protocol: str
+) -> None:
+    """Requests of one form (the same JSON header, or the same ModelInferRequest but for its
+    data) reuse their checks only while the model is the same."""
     repository = tmp_path / "repo"
     write_model(repository, "simple", SIMPLE_CONFIG, {1: torch.jit.script(AddSub())})
     args = ["--model-control-mode", "explicit", "--load-model", "simple"]
+    module: Any = httpclient if protocol == "http" else grpcclient
+    binary = {"binary_data": True} if protocol == "http" else {}
     with ServerProcess([repository], args) as server:
-        client = httpclient.InferenceServerClient(server.http_url)
-        inputs = [httpclient.InferInput(f"INPUT{i}", [1, 16], "INT32") for i in range(2)]
-        outputs = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)]
-        for step in range(5):  # one header, new data each time
+        url = server.http_url if protocol == "http" else server.grpc_url
+        client = module.InferenceServerClient(url)
+        inputs = [module.InferInput(f"INPUT{i}", [1, 16], "INT32") for i in range(2)]
+        outputs = [module.InferRequestedOutput("OUTPUT0", **binary)]
+        for step in range(5):  # one form, new data each time
             first = np.full((1, 16), step, np.int32)
-            inputs[0].set_data_from_numpy(first, binary_data=True)
-            inputs[1].set_data_from_numpy(np.arange(16, dtype=np.int32)[None], binary_data=True)
+            inputs[0].set_data_from_numpy(first, **binary)
+            inputs[1].set_data_from_numpy(np.arange(16, dtype=np.int32)[None], **binary)
             result = client.infer("simple", inputs, outputs=outputs).as_numpy("OUTPUT0")
             assert result.tolist() == [[step + i for i in range(16)]]
         narrower = json.dumps(
@@ -311,9 +320,10 @@ def test_a_repeated_request_is_checked_again_after_the_model_changes(tmp_path: P
         client.load_model("simple", config=narrower)
         with pytest.raises(InferenceServerException) as refused:
             client.infer("simple", inputs, outputs=outputs)
-        assert refused.value.status() == "400"
+        expected = "400" if protocol == "http" else "StatusCode.INVALID_ARGUMENT"
+        assert refused.value.status() == expected
         assert "unexpected shape for input 'INPUT0'" in str(refused.value)
-        small = [httpclient.InferInput(f"INPUT{i}", [1, 8], "INT32") for i in range(2)]
+        small = [module.InferInput(f"INPUT{i}", [1, 8], "INT32") for i in range(2)]
         for tensor in small:
-            tensor.set_data_from_numpy(np.ones((1, 8), np.int32), binary_data=True)
+            tensor.set_data_from_numpy(np.ones((1, 8), np.int32), **binary)
         assert client.infer("simple", small).as_numpy("OUTPUT0").tolist() == [[2] * 8]

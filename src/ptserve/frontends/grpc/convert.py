@@ -7,7 +7,7 @@ read and written through the core's registry.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import numpy as np
@@ -16,6 +16,7 @@ from tritonclient.grpc import service_pb2 as pb
 from ptserve.core import datatypes, shared_memory
 from ptserve.core.datatypes import DataType
 from ptserve.core.errors import invalid_arg
+from ptserve.core.memo import Memo
 from ptserve.core.shared_memory import SharedMemoryRegistry
 from ptserve.core.types import InferRequest, InferResponse, RequestedOutput, Tensor
 from ptserve.frontends import tensors
@@ -65,8 +66,70 @@ def set_parameter(target: Any, value: Any) -> None:
         target.string_param = str(value)
 
 
-def decode_request(message: Any, registry: SharedMemoryRegistry) -> InferRequest:
-    """Decode a ModelInferRequest; every client mistake is an INVALID_ARGUMENT with a message."""
+# What earlier requests of the same form decoded to. A form is what a request says but its
+# id and tensor bytes: model, version, and the name, datatype and shape of each input and
+# output. Only requests with every input in raw_input_contents and no parameters anywhere (those
+# carry per-request values: sequences, priorities, shared memory) have a form that is kept. A
+# request of a known form skips decoding and checking its description, and carries its form as
+# its ``signature`` so that the core can skip checking it against the model too.
+FormCache = Memo[Hashable, tuple[tuple[str, DataType, tuple[int, ...]], ...]]
+_NO_OUTPUTS = ("*",)  # stands for "every output" in a form
+
+
+def request_form(message: Any) -> Hashable | None:
+    """The request's form (see FormCache), or None when it may not be kept."""
+    if message.parameters:
+        return None
+    inputs = []
+    for entry in message.inputs:
+        if entry.parameters or entry.HasField("contents"):
+            return None
+        inputs.append((entry.name, entry.datatype, tuple(entry.shape)))
+    outputs = []
+    for entry in message.outputs:
+        if entry.parameters:
+            return None
+        outputs.append(entry.name)
+    return (
+        "grpc",
+        message.model_name,
+        message.model_version,
+        tuple(inputs),
+        tuple(outputs) if outputs else _NO_OUTPUTS,
+    )
+
+
+def decode_request(
+    message: Any, registry: SharedMemoryRegistry, forms: FormCache | None = None
+) -> InferRequest:
+    """Decode a ModelInferRequest; every client mistake is an INVALID_ARGUMENT with a message.
+    With ``forms``, a request of a form seen before is not checked again (see FormCache)."""
+    form = request_form(message) if forms is not None else None
+    if form is not None and forms is not None:
+        known = forms.get(form)
+        raw = message.raw_input_contents
+        if known is not None and len(raw) == len(known):
+            outputs = message.outputs
+            return InferRequest(
+                model_name=message.model_name,
+                model_version=message.model_version,
+                id=message.id,
+                inputs=[
+                    Tensor(name, dt, tensors.from_raw(name, data, dt, shape))
+                    for (name, dt, shape), data in zip(known, raw, strict=True)
+                ],
+                outputs=[RequestedOutput(o.name, 0, {}) for o in outputs] if outputs else None,
+                parameters={},
+                signature=form,
+            )
+    request = _decode(message, registry)
+    if form is not None and forms is not None:
+        forms.put(form, tuple((t.name, t.datatype, t.shape) for t in request.inputs))
+        request.signature = form
+    return request
+
+
+def _decode(message: Any, registry: SharedMemoryRegistry) -> InferRequest:
     raw = message.raw_input_contents
     if raw and any(i.HasField("contents") for i in message.inputs):
         raise invalid_arg(

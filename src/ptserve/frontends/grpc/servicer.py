@@ -27,6 +27,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
     def __init__(self, server: InferenceServer) -> None:
         self.server = server
+        self.forms = convert.FormCache()  # ModelInferRequest forms seen before
 
     # --- health and metadata ---------------------------------------------------------------
 
@@ -63,7 +64,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
     # --- inference -------------------------------------------------------------------------
 
     async def _infer(self, request: Any) -> Any:
-        decoded = convert.decode_request(request, self.server.shared_memory)
+        decoded = convert.decode_request(request, self.server.shared_memory, self.forms)
         response = await self.server.infer(decoded)
         return convert.encode_response(response, self.server.shared_memory)
 
@@ -83,7 +84,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         async def answer(request: Any) -> None:
             final = _wants_final_flag(request)
             try:
-                decoded = convert.decode_request(request, self.server.shared_memory)
+                decoded = convert.decode_request(request, self.server.shared_memory, self.forms)
                 response = await self.server.infer(decoded)
                 message = convert.encode_response(response, self.server.shared_memory, final)
                 reply = pb.ModelStreamInferResponse(infer_response=message)

@@ -1,0 +1,90 @@
+"""The ModelInferRequest form cache: reuse only what cannot differ between requests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from tritonclient.grpc import service_pb2 as pb
+
+from ptserve.core.errors import ServerError
+from ptserve.core.shared_memory import SharedMemoryRegistry
+from ptserve.frontends.grpc import convert
+
+
+@pytest.fixture()
+def registry() -> SharedMemoryRegistry:
+    return SharedMemoryRegistry(False)
+
+
+def _message(values: list[int], request_id: str = "", output: str = "OUTPUT0") -> Any:
+    message = pb.ModelInferRequest(model_name="m", model_version="1", id=request_id)
+    message.inputs.add(name="INPUT0", datatype="INT32", shape=[1, len(values)])
+    message.outputs.add(name=output)
+    message.raw_input_contents.append(np.array(values, np.int32).tobytes())
+    return message
+
+
+def test_a_known_form_takes_new_data_and_ids(registry: SharedMemoryRegistry) -> None:
+    forms = convert.FormCache()
+    first = convert.decode_request(_message([1, 2, 3], "a"), registry, forms)
+    assert first.signature is not None
+    assert forms.get(first.signature) is not None
+    second = convert.decode_request(_message([4, 5, 6], "b"), registry, forms)
+    assert second.signature == first.signature  # same form, so the core's plan applies
+    assert second.id == "b"
+    assert second.inputs[0].data.tolist() == [[4, 5, 6]]
+    assert [o.name for o in second.outputs or ()] == ["OUTPUT0"]
+    assert second.parameters == {}
+
+
+def test_forms_differ_by_shape_and_outputs(registry: SharedMemoryRegistry) -> None:
+    forms = convert.FormCache()
+    one = convert.decode_request(_message([1, 2, 3]), registry, forms)
+    longer = convert.decode_request(_message([1, 2, 3, 4]), registry, forms)
+    other_output = convert.decode_request(_message([1, 2, 3], output="OUTPUT1"), registry, forms)
+    assert len({one.signature, longer.signature, other_output.signature}) == 3
+    assert longer.inputs[0].data.shape == (1, 4)
+    assert [o.name for o in other_output.outputs or ()] == ["OUTPUT1"]
+
+
+def test_data_that_does_not_fit_a_known_form_is_refused(registry: SharedMemoryRegistry) -> None:
+    forms = convert.FormCache()
+    convert.decode_request(_message([1, 2, 3]), registry, forms)
+    short = _message([1, 2, 3])
+    short.raw_input_contents[0] = b"\x00" * 8
+    with pytest.raises(ServerError, match="input 'INPUT0': expected 12 bytes"):
+        convert.decode_request(short, registry, forms)
+
+
+@pytest.mark.parametrize("where", ["request", "input", "output", "contents"])
+def test_requests_with_parameters_or_typed_contents_have_no_form(
+    where: str, registry: SharedMemoryRegistry
+) -> None:
+    """Parameters carry per-request values (sequences, priorities, shared memory)."""
+    message = _message([1, 2, 3])
+    if where == "request":
+        message.parameters["priority"].int64_param = 1
+    elif where == "input":
+        message.inputs[0].parameters["x"].string_param = "y"
+    elif where == "output":
+        message.outputs[0].parameters["classification"].int64_param = 2
+    else:
+        message.ClearField("raw_input_contents")
+        message.inputs[0].contents.int_contents.extend([1, 2, 3])
+    assert convert.request_form(message) is None
+    forms = convert.FormCache()
+    request = convert.decode_request(message, registry, forms)
+    assert request.signature is None
+    assert len(forms) == 0
+
+
+def test_refused_requests_are_not_kept(registry: SharedMemoryRegistry) -> None:
+    forms = convert.FormCache()
+    bad = _message([1, 2, 3])
+    bad.inputs[0].datatype = "NOPE"
+    for _ in range(2):
+        with pytest.raises(ServerError, match="NOPE"):
+            convert.decode_request(bad, registry, forms)
+    assert len(forms) == 0
