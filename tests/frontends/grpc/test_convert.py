@@ -39,6 +39,19 @@ def test_a_known_form_takes_new_data_and_ids(registry: SharedMemoryRegistry) -> 
     assert second.parameters == {}
 
 
+def test_the_clients_own_parameters_do_not_prevent_a_form(registry: SharedMemoryRegistry) -> None:
+    """perf_analyzer and tritonclient's streams send triton_enable_empty_final_response."""
+    forms = convert.FormCache()
+    for values in ([1, 2, 3], [4, 5, 6]):
+        message = _message(values)
+        message.parameters["triton_enable_empty_final_response"].bool_param = True
+        request = convert.decode_request(message, registry, forms)
+        assert request.signature is not None
+        assert request.parameters == {}
+        assert request.inputs[0].data.tolist() == [values]
+    assert len(forms) == 1
+
+
 def test_forms_differ_by_shape_and_outputs(registry: SharedMemoryRegistry) -> None:
     forms = convert.FormCache()
     one = convert.decode_request(_message([1, 2, 3]), registry, forms)

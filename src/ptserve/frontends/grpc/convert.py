@@ -68,18 +68,19 @@ def set_parameter(target: Any, value: Any) -> None:
 
 # What earlier requests of the same form decoded to. A form is what a request says but its
 # id and tensor bytes: model, version, and the name, datatype and shape of each input and
-# output. Only requests with every input in raw_input_contents and no parameters anywhere (those
-# carry per-request values: sequences, priorities, shared memory) have a form that is kept. A
-# request of a known form skips decoding and checking its description, and carries its form as
-# its ``signature`` so that the core can skip checking it against the model too.
+# output. Only requests with every input in raw_input_contents and no parameters anywhere but
+# the client's own ``triton_*`` ones (the others carry per-request values: sequences,
+# priorities, shared memory) have a form that is kept. A request of a known form skips decoding
+# and checking its description, and carries its form as its ``signature`` so that the core can
+# skip checking it against the model too.
 FormCache = Memo[Hashable, tuple[tuple[str, DataType, tuple[int, ...]], ...]]
 _NO_OUTPUTS = ("*",)  # stands for "every output" in a form
 
 
 def request_form(message: Any) -> Hashable | None:
     """The request's form (see FormCache), or None when it may not be kept."""
-    if message.parameters:
-        return None
+    if message.parameters and not all(key.startswith("triton_") for key in message.parameters):
+        return None  # (``triton_*`` parameters are the client's own and are dropped)
     inputs = []
     for entry in message.inputs:
         if entry.parameters or entry.HasField("contents"):
