@@ -19,7 +19,11 @@ import pytest
 
 from ptserve.frontends.grpc.native import NativeGrpcServer, frames
 from ptserve.frontends.grpc.native.calls import Context
-from ptserve.frontends.grpc.native.connection import CONNECTION_WINDOW, STREAM_WINDOW
+from ptserve.frontends.grpc.native.connection import (
+    CONNECTION_WINDOW,
+    STREAM_WINDOW,
+    Connection,
+)
 
 MAX_MESSAGE = 200_000
 TIMEOUT = 2.0  # for any single wait: a bug fails the test instead of hanging it
@@ -434,6 +438,35 @@ async def test_a_bad_preface_ends_the_connection_with_goaway(server: NativeGrpcS
     goaway = [f for f in seen if f.kind == frames.GOAWAY]
     assert len(goaway) == 1
     assert frames.parse_u32(goaway[0].payload[4:]) == frames.PROTOCOL_ERROR
+
+
+async def test_a_fault_of_ours_ends_only_its_connection(
+    server: NativeGrpcServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unexpected exception while reading frames: GOAWAY INTERNAL_ERROR on that connection;
+    the server keeps serving new ones."""
+    original = Connection._frame
+
+    def faulty(self: Connection, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
+        if kind == frames.PING:
+            raise RuntimeError("bug")
+        original(self, kind, flags, stream_id, payload)
+
+    monkeypatch.setattr(Connection, "_frame", faulty)
+    client = await Client.connect(server.port)
+    try:
+        client.send(frames.frame(frames.PING, 0, 0, bytes(8)))
+        seen = await client.frames_until_closed()
+    finally:
+        await client.close()
+    goaway = [f for f in seen if f.kind == frames.GOAWAY]
+    assert len(goaway) == 1
+    assert frames.parse_u32(goaway[0].payload[4:]) == frames.INTERNAL_ERROR
+    again = await Client.connect(server.port)
+    try:
+        assert (await again.call("/test.Echo/Unary", b"still")).messages == [b"still"]
+    finally:
+        await again.close()
 
 
 # --- unary calls ----------------------------------------------------------------------------

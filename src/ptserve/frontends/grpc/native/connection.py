@@ -87,7 +87,7 @@ class Connection(asyncio.Protocol):
         self._max_message = max_message
         self._on_close = on_close
         self._transport: asyncio.Transport | None = None
-        self._loop = asyncio.get_event_loop()
+        self._loop = asyncio.get_running_loop()
         self._peer = ""
         self._buffer = bytearray()
         self._preface = False
@@ -129,6 +129,9 @@ class Connection(asyncio.Protocol):
             self._receive(data)
         except ConnectionError_ as exc:
             self._fail(exc.code, exc.message)
+        except Exception as exc:  # a bug of ours: this connection ends, the server goes on
+            log.exception("gRPC connection from %s failed", self._peer or "?")
+            self._fail(frames.INTERNAL_ERROR, f"internal error: {exc!r}")
         finally:
             self._reading = False
             self._flush()
