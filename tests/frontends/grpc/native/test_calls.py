@@ -1,11 +1,12 @@
-"""Running a call eagerly: what finishes at once needs no Task, what waits goes on in one with
-its values, exceptions and cancellation delivered where the coroutine stopped."""
+"""Running a call: what finishes at once is done before ``start`` returns; what waits goes on
+as its futures finish, with values, exceptions and cancellation delivered where it stopped."""
 
 from __future__ import annotations
 
 import asyncio
 import gzip
 import zlib
+from collections.abc import Callable
 
 import grpc
 import pytest
@@ -14,7 +15,7 @@ from ptserve.frontends.grpc.native import calls
 from ptserve.frontends.grpc.native.calls import CallFailed
 
 
-async def test_a_call_that_does_not_wait_finishes_without_a_task() -> None:
+async def test_a_call_that_does_not_wait_finishes_at_once() -> None:
     done: list[str] = []
 
     async def call() -> None:
@@ -24,7 +25,15 @@ async def test_a_call_that_does_not_wait_finishes_without_a_task() -> None:
     assert done == ["ran"]
 
 
-async def test_a_call_that_waits_continues_in_a_task() -> None:
+async def _until(condition: Callable[[], bool]) -> None:
+    for _ in range(100):
+        if condition():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("the call did not get there")
+
+
+async def test_a_call_that_waits_goes_on_as_its_futures_finish() -> None:
     loop = asyncio.get_running_loop()
     first: asyncio.Future[int] = loop.create_future()
     second: asyncio.Future[int] = loop.create_future()
@@ -34,20 +43,40 @@ async def test_a_call_that_waits_continues_in_a_task() -> None:
         seen.append("started")
         seen.append(await first)
         await asyncio.sleep(0)  # a bare yield to the loop
+        await asyncio.sleep(0.001)  # a timer
         seen.append(await second)
 
-    task = calls.start(call())
-    assert task is not None
+    running = calls.start(call())
+    assert running is not None
     assert seen == ["started"]  # ran up to its first wait, synchronously
     first.set_result(1)
-    await asyncio.sleep(0.01)
-    assert seen == ["started", 1]
+    await _until(lambda: seen == ["started", 1])
+    assert not running.done
     second.set_result(2)
-    await asyncio.wait_for(task, 1)
+    await _until(lambda: running.done)
     assert seen == ["started", 1, 2]
 
 
-async def test_exceptions_reach_the_coroutine_where_it_waits() -> None:
+async def test_a_call_may_start_and_await_tasks_and_gather() -> None:
+    """What the streaming servicer does: tasks of its own, gathered and awaited."""
+    results: list[object] = []
+
+    async def part(value: int) -> int:
+        await asyncio.sleep(0.001)
+        return value
+
+    async def call() -> None:
+        task = asyncio.get_running_loop().create_task(part(1))
+        results.append(await task)
+        results.append(await asyncio.gather(part(2), part(3)))
+
+    running = calls.start(call())
+    assert running is not None
+    await _until(lambda: running.done)
+    assert results == [1, [2, 3]]
+
+
+async def test_exceptions_reach_the_call_where_it_waits() -> None:
     loop = asyncio.get_running_loop()
     waiting: asyncio.Future[int] = loop.create_future()
     caught: list[BaseException] = []
@@ -58,32 +87,55 @@ async def test_exceptions_reach_the_coroutine_where_it_waits() -> None:
         except ValueError as exc:
             caught.append(exc)
 
-    task = calls.start(call())
-    assert task is not None
+    running = calls.start(call())
+    assert running is not None
     waiting.set_exception(ValueError("boom"))
-    await asyncio.wait_for(task, 1)
+    await _until(lambda: running.done)
     assert [str(e) for e in caught] == ["boom"]
 
 
-async def test_cancelling_the_task_cancels_the_call_where_it_waits() -> None:
+@pytest.mark.parametrize("where", ["future", "bare yield"])
+async def test_cancelling_cancels_the_call_where_it_waits(where: str) -> None:
     loop = asyncio.get_running_loop()
     waiting: asyncio.Future[int] = loop.create_future()
-    cleaned = asyncio.Event()
+    cleaned: list[str] = []
 
     async def call() -> None:
         try:
-            await waiting
+            if where == "future":
+                await waiting
+            else:
+                await asyncio.sleep(0)
+                await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cleaned.append("cancelled")
+            raise
         finally:
-            cleaned.set()
+            cleaned.append("finally")
 
-    task = calls.start(call())
-    assert task is not None
-    await asyncio.sleep(0)  # the task is waiting on the call's future
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await asyncio.wait_for(task, 1)
-    assert cleaned.is_set()
-    assert waiting.cancelled()
+    running = calls.start(call())
+    assert running is not None
+    running.cancel()  # before the call was resumed even once
+    await _until(lambda: running.done)
+    assert cleaned == ["cancelled", "finally"]
+    running.cancel()  # a finished call: nothing happens
+
+
+async def test_an_unexpected_error_ends_the_call_and_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    loop = asyncio.get_running_loop()
+    waiting: asyncio.Future[int] = loop.create_future()
+
+    async def call() -> None:
+        await waiting
+        raise KeyError("escaped")
+
+    running = calls.start(call())
+    assert running is not None
+    waiting.set_result(1)
+    await _until(lambda: running.done)
+    assert "gRPC call failed" in caplog.text
 
 
 def test_messages_decompress_by_their_encoding() -> None:

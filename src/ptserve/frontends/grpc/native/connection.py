@@ -71,7 +71,7 @@ class Stream:
         self.opened = False  # our response headers went out
         self.pending: deque[memoryview] = deque()
         self.trailers: bytes | None = None  # our trailers, waiting behind pending data
-        self.task: asyncio.Task[None] | None = None
+        self.task: calls.Running | None = None
         self.deadline: asyncio.TimerHandle | None = None
         self.unacked = 0  # received bytes not yet given back with WINDOW_UPDATE
 
