@@ -188,8 +188,14 @@ class Connection(asyncio.Protocol):
     # --- reading ------------------------------------------------------------------------
 
     def _receive(self, data: bytes) -> None:
+        """Frames out of what arrived; a partial frame waits in the buffer for the rest. (When
+        nothing waits, frames are cut straight from ``data``: one copy each, not three.)"""
         buffer = self._buffer
-        buffer += data
+        if buffer or not self._preface:
+            buffer += data
+            view: bytes | bytearray = buffer
+        else:
+            view = data
         offset = 0
         if not self._preface:
             if len(buffer) < len(frames.PREFACE):
@@ -200,18 +206,22 @@ class Connection(asyncio.Protocol):
                 raise ConnectionError_(frames.PROTOCOL_ERROR, "not an HTTP/2 connection")
             self._preface = True
             offset = len(frames.PREFACE)
-        size = len(buffer)
+        size = len(view)
         while size - offset >= frames.HEADER_BYTES and not self._closed:
-            length, kind, flags, stream_id = frames.parse_header(buffer, offset)
+            length, kind, flags, stream_id = frames.parse_header(view, offset)
             if length > frames.LARGEST_FRAME:
                 raise ConnectionError_(frames.FRAME_SIZE_ERROR, "frame too large")
             end = offset + frames.HEADER_BYTES + length
             if end > size:
                 break
-            payload = bytes(buffer[offset + frames.HEADER_BYTES : end])
+            start = offset + frames.HEADER_BYTES
+            payload = view[start:end] if view is data else bytes(memoryview(buffer)[start:end])
             offset = end
-            self._frame(kind, flags, stream_id, payload)
-        del buffer[:offset]
+            self._frame(kind, flags, stream_id, bytes(payload))
+        if view is buffer:
+            del buffer[:offset]
+        elif offset < size:
+            buffer += data[offset:]
 
     def _frame(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
         if self._continuing is not None and kind != frames.CONTINUATION:
