@@ -46,15 +46,8 @@ def encoded(encoder: hpack.Encoder, fields: Fields) -> bytes:
 
 def hpack_integer(value: int, prefix_bits: int, first: int) -> bytes:
     """An HPACK integer (RFC 7541, 5.1) after the bits ``first`` sets in its first byte."""
-    limit = (1 << prefix_bits) - 1
-    if value < limit:
-        return bytes([first | value])
-    out = bytearray([first | limit])
-    value -= limit
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
+    out = bytearray(hpack.hpack.encode_integer(value, prefix_bits))
+    out[0] |= first
     return bytes(out)
 
 
