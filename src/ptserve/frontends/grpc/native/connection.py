@@ -106,7 +106,6 @@ class Connection(asyncio.Protocol):
         self._going_away = False
         self._closed = False
         self._winding_down = False
-        self.idle = asyncio.Event()  # no call in progress
         self.closed = asyncio.Event()
 
     # --- asyncio.Protocol ---------------------------------------------------------------
@@ -120,7 +119,6 @@ class Connection(asyncio.Protocol):
             self._peer = f"{family}:{host}:{peer[1]}"
         self._emit(frames.settings(OUR_SETTINGS))
         self._emit(frames.window_update(0, CONNECTION_WINDOW - frames.DEFAULT_WINDOW))
-        self._update_idle()
         self._flush()
 
     def data_received(self, data: bytes) -> None:
@@ -142,7 +140,6 @@ class Connection(asyncio.Protocol):
             self._drop(stream)
         if self._flush_handle is not None:
             self._flush_handle.cancel()
-        self.idle.set()
         self.closed.set()
         self._on_close(self)
 
@@ -155,7 +152,7 @@ class Connection(asyncio.Protocol):
         self._going_away = True
         self._emit(frames.goaway(self._last_stream, frames.NO_ERROR))
         self._flush()
-        self._update_idle()
+        self._wind_down_if_done()
 
     def abort(self) -> None:
         """End every call now and close."""
@@ -165,13 +162,10 @@ class Connection(asyncio.Protocol):
             self._flush()
             self._transport.close()
 
-    def _update_idle(self) -> None:
-        if self._streams:
-            self.idle.clear()
-        else:
-            self.idle.set()
-            if self._going_away:
-                self._wind_down()
+    def _wind_down_if_done(self) -> None:
+        """Called whenever a call ends or GOAWAY goes either way."""
+        if self._going_away and not self._streams:
+            self._wind_down()
 
     def _wind_down(self) -> None:
         """After GOAWAY, with no call left: stop writing, but keep reading until the peer
@@ -247,7 +241,7 @@ class Connection(asyncio.Protocol):
                 self._drop(stream)
         elif kind == frames.GOAWAY:
             self._going_away = True
-            self._update_idle()
+            self._wind_down_if_done()
         elif kind == frames.PUSH_PROMISE:
             raise ConnectionError_(frames.PROTOCOL_ERROR, "clients cannot push")
         # PRIORITY and unknown frame types are ignored.
@@ -342,7 +336,6 @@ class Connection(asyncio.Protocol):
             return
         stream = Stream(stream_id, head, handler, self._peer_window)
         self._streams[stream_id] = stream
-        self._update_idle()
         deadline = None
         if head.timeout is not None:
             deadline = self._loop.time() + head.timeout
@@ -547,7 +540,7 @@ class Connection(asyncio.Protocol):
         if stream.deadline is not None:
             stream.deadline.cancel()
             stream.deadline = None
-        self._update_idle()
+        self._wind_down_if_done()
 
     def _fail(self, code: int, message: str) -> None:
         log.warning("closing a gRPC connection from %s: %s", self._peer or "?", message)
