@@ -240,9 +240,10 @@ async def test_deadline_exceeded_aio(server: ServerProcess) -> None:
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), [[0.0, 4.0, 6.0, 8.0]])
 
 
-def test_server_side_deadline(channel: grpc.Channel) -> None:
-    """The deadline reaches the server as grpc-timeout; the call ends with DEADLINE_EXCEEDED and
-    the channel stays usable."""
+def test_raw_stub_deadline(channel: grpc.Channel) -> None:
+    """A deadline on the raw stub ends the call with DEADLINE_EXCEEDED and the channel stays
+    usable. (The client enforces it too; that the server itself ends an expired call is checked
+    over raw HTTP/2 in native/test_connection.py.)"""
     stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
     request = pb.ModelInferRequest(model_name="sleepy")
     tensor = request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 4])

@@ -483,6 +483,22 @@ async def test_unary_echo(client: Client) -> None:
     assert reply.ended and reply.reset is None
 
 
+async def test_a_unary_call_takes_exactly_one_message(client: Client) -> None:
+    """None (END_STREAM on the headers) or two are refused; the connection goes on."""
+    none = client.new_stream()
+    client.send(client.headers(none, request_fields("/test.Echo/Unary"), end=True))
+    refused = await client.reply(none)
+    assert refused.status == grpc.StatusCode.UNIMPLEMENTED.value[0]
+    assert refused.header("grpc-message") == "a unary call takes one request message, none came"
+    two = client.new_stream()
+    client.send(
+        client.headers(two, request_fields("/test.Echo/Unary")),
+        data(two, grpc_message(b"a") + grpc_message(b"b")),
+    )
+    assert (await client.reply(two)).status == grpc.StatusCode.UNIMPLEMENTED.value[0]
+    assert (await client.call("/test.Echo/Unary", b"after")).messages == [b"after"]
+
+
 async def test_an_empty_message_is_a_message(client: Client) -> None:
     reply = await client.call("/test.Echo/Unary", b"")
     assert (reply.status, reply.messages) == (0, [b""])

@@ -48,7 +48,7 @@ class Stream:
         "handler",
         "head",
         "id",
-        "messages",
+        "message",
         "opened",
         "pending",
         "requests",
@@ -64,7 +64,7 @@ class Stream:
         self.handler = handler
         self.window = window  # what we may still send
         self.buffer = bytearray()  # received bytes not yet a whole message
-        self.messages: list[bytes] = []  # whole messages of a unary call
+        self.message: bytes | None = None  # a unary call's request message, once whole
         self.requests: Requests | None = None
         self.context: Context | None = None
         self.ended = False  # the peer sent END_STREAM
@@ -407,12 +407,12 @@ class Connection(asyncio.Protocol):
             position = end
             if stream.requests is not None:
                 stream.requests.put(message)
-            elif stream.messages:
+            elif stream.message is not None:
                 raise CallFailed(
                     grpc.StatusCode.UNIMPLEMENTED, "a unary call takes one request message"
                 )
             else:
-                stream.messages.append(message)
+                stream.message = message
         if view is buffer:
             del buffer[:position]
         elif position < size:
@@ -426,15 +426,15 @@ class Connection(asyncio.Protocol):
         if stream.requests is not None:
             stream.requests.end()
             return
-        if len(stream.messages) != 1:
+        if stream.message is None:
             self.finish(
                 stream.id,
                 grpc.StatusCode.UNIMPLEMENTED,
-                f"a unary call takes one request message, {len(stream.messages)} came",
+                "a unary call takes one request message, none came",
             )
             return
         assert stream.context is not None
-        message = stream.messages.pop()
+        message = stream.message
         stream.task = calls.start(
             calls.run_unary(self, stream.id, stream.handler, stream.context, message)
         )

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import hpack
 
+from ptserve.core.memo import Memo
 from ptserve.frontends.grpc.native import frames
 
 # gRPC's timeout units, as seconds.
@@ -86,7 +87,7 @@ class HeaderDecoder:
 
     def __init__(self, max_header_list_size: int) -> None:
         self._decoder = hpack.Decoder(max_header_list_size=max_header_list_size)
-        self._seen: dict[bytes, RequestHead] = {}
+        self._seen: Memo[bytes, RequestHead] = Memo(_SEEN_LIMIT)
 
     def decode(self, block: bytes) -> RequestHead:
         """Raises frames.ConnectionError_ (COMPRESSION_ERROR) when the block cannot be decoded
@@ -106,12 +107,10 @@ class HeaderDecoder:
             len(table.dynamic_entries) == size and _first(table) is first and table.maxsize == limit
         )
         if not unchanged:  # before parsing, which may refuse the block: the table moved on
-            self._seen.clear()
+            self._seen = Memo(_SEEN_LIMIT)
         head = request_head(fields)
         if unchanged:
-            if len(self._seen) >= _SEEN_LIMIT:
-                self._seen.clear()
-            self._seen[block] = head
+            self._seen.put(block, head)
         return head
 
 
