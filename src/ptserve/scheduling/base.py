@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from ptserve.core.errors import ServerError
 from ptserve.core.prepared import OutputMap
 from ptserve.core.stats import ModelStats
-from ptserve.scheduling.work import Batch, WorkItem
+from ptserve.scheduling.work import Batch, WorkItem, complete_all
 
 if TYPE_CHECKING:
     from ptserve.scheduling.worker import InstanceWorker
@@ -34,9 +34,7 @@ class Scheduler(abc.ABC):
 
     def finish(self, batch: Batch, results: list[OutputMap | ServerError]) -> None:
         """Take what the scheduler keeps from the results, then answer every item."""
-        for item, result in zip(batch.items, results, strict=True):
-            if item is not None:
-                item.complete(result)
+        complete_all(batch.items, results)
 
     @abc.abstractmethod
     def close(self, workers: int) -> None:

@@ -110,6 +110,7 @@ class InstanceWorker:
             self.stats.record_execution(
                 batch.rows, times.compute_input_ns, times.compute_infer_ns, times.compute_output_ns
             )
+        answered: list[tuple[int, int]] = []  # total and queue time of each success
         for item, result in zip(batch.items, results, strict=True):
             if item is None:
                 continue
@@ -118,13 +119,11 @@ class InstanceWorker:
             if isinstance(result, ServerError) or times is None:
                 self.stats.record_failure(total)
             else:
-                self.stats.record_success(
-                    total,
-                    item.start_ns - item.enqueue_ns,
-                    times.compute_input_ns,
-                    times.compute_infer_ns,
-                    times.compute_output_ns,
-                )
+                answered.append((total, item.start_ns - item.enqueue_ns))
+        if times is not None:
+            self.stats.record_successes(
+                answered, times.compute_input_ns, times.compute_infer_ns, times.compute_output_ns
+            )
         try:
             self.scheduler.finish(batch, results)
         except Exception as exc:  # the scheduler must still answer every client

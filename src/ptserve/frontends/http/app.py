@@ -15,8 +15,9 @@ import orjson
 from ptserve.core.errors import ServerError, invalid_arg, not_found, unsupported
 from ptserve.core.server import InferenceServer
 from ptserve.core.shared_memory import CUDA_SHM_UNSUPPORTED
+from ptserve.core.types import InferRequest, InferResponse
 from ptserve.frontends.http import codec, compression
-from ptserve.frontends.http.protocol import HttpRequest, HttpResponse
+from ptserve.frontends.http.protocol import HttpRequest, HttpResponse, Replay
 from ptserve.frontends.http.restrictions import Restrictions
 
 log = logging.getLogger("ptserve.http")
@@ -125,9 +126,8 @@ class HttpApp:
     # --- inference -------------------------------------------------------------------------
 
     async def infer(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
-        body = compression.decompress(
-            request.body, request.headers.get("content-encoding", ""), self.max_input_size
-        )
+        content_encoding = request.headers.get("content-encoding", "")
+        body = compression.decompress(request.body, content_encoding, self.max_input_size)
         header_length = _header_length(request.headers.get(codec.HEADER_LENGTH))
         shared_memory = self.server.shared_memory
         infer_request = codec.decode_request(
@@ -140,17 +140,41 @@ class HttpApp:
         )
         binary_default = _binary_default(infer_request.parameters)
         response = await self.server.infer(infer_request)
-        encoded = codec.encode_response(response, binary_default, shared_memory)
-        parts: list[bytes | memoryview] = [encoded.header, *encoded.binary]
-        result = HttpResponse(200, parts)
+        encoding = compression.choose_encoding(request.headers.get("accept-encoding", ""))
+        result = self._answer(response, binary_default)
+        if encoding:
+            result.body = [compression.compress(result.body, encoding)]
+            result.headers.append(("Content-Encoding", encoding))
+        elif not content_encoding:
+            result.replay = self._replay(infer_request, binary_default)
+        return result
+
+    def _answer(self, response: InferResponse, binary_default: bool) -> HttpResponse:
+        encoded = codec.encode_response(response, binary_default, self.server.shared_memory)
+        result = HttpResponse(200, [encoded.header, *encoded.binary])
         if encoded.binary:
             result.content_type = "application/octet-stream"
             result.headers.append(("Inference-Header-Content-Length", str(len(encoded.header))))
-        encoding = compression.choose_encoding(request.headers.get("accept-encoding", ""))
-        if encoding:
-            result.body = [compression.compress(parts, encoding)]
-            result.headers.append(("Content-Encoding", encoding))
         return result
+
+    def _replay(self, request: InferRequest, binary_default: bool) -> Replay | None:
+        """How to answer this request's repetitions: from its decoded header (when that was
+        kept, see codec.HeaderCache) and new tensor data."""
+        key = request.signature
+        template = self.headers.get(key) if isinstance(key, tuple) else None
+        if template is None:
+            return None
+        model, version = request.model_name, request.model_version
+
+        async def answer(binary: memoryview) -> HttpResponse:
+            repeated = template.request(model, version, binary, key)
+            try:
+                response = await self.server.infer(repeated)
+            except ServerError as exc:
+                return _error(exc)
+            return self._answer(response, binary_default)
+
+        return Replay(template.binary_size, answer)
 
     # --- shared memory -----------------------------------------------------------------------
 

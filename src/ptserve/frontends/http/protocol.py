@@ -19,6 +19,8 @@ from typing import cast
 import httptools
 import orjson
 
+from ptserve.frontends.running import Running, start
+
 log = logging.getLogger("ptserve.http")
 
 _PIPELINE_LIMIT = 32
@@ -38,6 +40,23 @@ class HttpRequest:
     headers: dict[str, str]
     body: bytearray = field(default_factory=bytearray)
     keep_alive: bool = True
+    # The bytes it arrived in, when they were exactly this request (see Replay)
+    raw: bytes | None = None
+
+
+@dataclass(slots=True)
+class Replay:
+    """How to answer the next requests of a connection that repeat this one byte for byte but
+    for their last ``varying`` bytes (an infer request's tensor data), given those bytes.
+
+    Clients send the same request again and again with new tensor data on each connection. A
+    request that arrives whole in one read and matches the connection's replay is answered
+    without parsing it, routing it or decoding its JSON header: what those steps concluded for
+    the earlier request holds for it too.
+    """
+
+    varying: int
+    answer: Callable[[memoryview], Awaitable[HttpResponse]]
 
 
 @dataclass(slots=True)
@@ -46,6 +65,7 @@ class HttpResponse:
     body: list[bytes | memoryview] = field(default_factory=list)
     content_type: str = "application/json"
     headers: list[tuple[str, str]] = field(default_factory=list)
+    replay: Replay | None = None  # how to answer the request's repetitions (see Replay)
 
     @classmethod
     def json(cls, value: object, status: int = 200) -> HttpResponse:
@@ -111,6 +131,12 @@ class HttpProtocol(asyncio.Protocol):
         self._current: HttpRequest | None = None
         self._discard = False
         self._partial = False  # a request has begun and not yet arrived whole
+        self._data: bytes | None = None  # what is being parsed, when it began with a request
+        # The connection's replay, the bytes a repetition starts with, and its whole size
+        self._replay: Replay | None = None
+        self._replay_prefix = b""
+        self._replay_size = -1
+        self.replaying: Running | None = None
 
     # --- asyncio.Protocol ------------------------------------------------------------------
 
@@ -133,6 +159,9 @@ class HttpProtocol(asyncio.Protocol):
         self.pending.clear()
         if self.worker is not None and not self.worker.done():
             self.worker.cancel()
+        if self.replaying is not None:
+            self.replaying.cancel()
+            self.replaying = None
 
     def data_received(self, data: bytes) -> None:
         if self.lingering:
@@ -140,6 +169,10 @@ class HttpProtocol(asyncio.Protocol):
             return
         if self.closed:
             return
+        if len(data) == self._replay_size and self._idle() and data.startswith(self._replay_prefix):
+            self._answer_replay(data)
+            return
+        self._data = None if self._partial else data
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -220,11 +253,18 @@ class HttpProtocol(asyncio.Protocol):
         self._current = None
         if request is None or self._discard or self.closed:
             return
+        data, self._data = self._data, None
+        if data is not None and request.keep_alive:
+            # The data held this request and nothing else when its head and body make it up
+            # (no chunked framing, nothing before or after it).
+            head = data.find(b"\r\n\r\n") + 4
+            if head > 3 and head + len(request.body) == len(data):
+                request.raw = data
         self.pending.append(request)
         if len(self.pending) >= _PIPELINE_LIMIT and self.transport is not None:
             self.transport.pause_reading()
             self.paused = True
-        if self.worker is None or self.worker.done():
+        if (self.worker is None or self.worker.done()) and self.replaying is None:
             self.worker = asyncio.get_running_loop().create_task(self._serve())
 
     # --- answering -------------------------------------------------------------------------
@@ -247,6 +287,44 @@ class HttpProtocol(asyncio.Protocol):
             if not request.keep_alive:
                 self._close()
                 return
+            self._remember(request, response.replay)
+
+    # --- repeated requests (see Replay) ------------------------------------------------------
+
+    def _idle(self) -> bool:
+        """Nothing is being parsed, queued or answered on the connection."""
+        return (
+            not self._partial
+            and not self.pending
+            and self.replaying is None
+            and (self.worker is None or self.worker.done())
+        )
+
+    def _remember(self, request: HttpRequest, replay: Replay | None) -> None:
+        if replay is None or request.raw is None or not 0 < replay.varying <= len(request.body):
+            return
+        self._replay = replay
+        self._replay_size = len(request.raw)
+        self._replay_prefix = request.raw[: len(request.raw) - replay.varying]
+
+    def _answer_replay(self, data: bytes) -> None:
+        replay = self._replay
+        assert replay is not None
+        varying = memoryview(data)[len(data) - replay.varying :]
+        self.replaying = start(self._serve_replay(replay, varying))
+
+    async def _serve_replay(self, replay: Replay, varying: memoryview) -> None:
+        try:
+            response = await replay.answer(varying)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("unhandled error answering a repeated request")
+            response = HttpResponse.error(500, f"internal error: {exc}")
+        self.replaying = None
+        self._write(response, True)
+        if self.pending and not self.closed:  # what arrived meanwhile, in order
+            self.worker = asyncio.get_running_loop().create_task(self._serve())
 
     def _write(self, response: HttpResponse, keep_alive: bool) -> None:
         if self.transport is None or self.closed:

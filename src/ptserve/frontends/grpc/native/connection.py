@@ -20,6 +20,7 @@ import grpc
 from ptserve.frontends.grpc.native import calls, frames, headers
 from ptserve.frontends.grpc.native.calls import CallFailed, Context, Requests
 from ptserve.frontends.grpc.native.frames import ConnectionError_
+from ptserve.frontends.running import Running, start
 
 log = logging.getLogger("ptserve.grpc")
 
@@ -71,7 +72,7 @@ class Stream:
         self.opened = False  # our response headers went out
         self.pending: deque[memoryview] = deque()
         self.trailers: bytes | None = None  # our trailers, waiting behind pending data
-        self.task: calls.Running | None = None
+        self.task: Running | None = None
         self.deadline: asyncio.TimerHandle | None = None
         self.unacked = 0  # received bytes not yet given back with WINDOW_UPDATE
 
@@ -345,7 +346,7 @@ class Connection(asyncio.Protocol):
             stream.requests = Requests(
                 handler.request_deserializer, lambda: self._give_window(stream)
             )
-            stream.task = calls.start(
+            stream.task = start(
                 calls.run_stream(self, stream_id, handler, stream.context, stream.requests)
             )
         if flags & frames.END_STREAM:
@@ -435,7 +436,7 @@ class Connection(asyncio.Protocol):
             return
         assert stream.context is not None
         message = stream.message
-        stream.task = calls.start(
+        stream.task = start(
             calls.run_unary(self, stream.id, stream.handler, stream.context, message)
         )
 

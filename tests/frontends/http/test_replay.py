@@ -1,0 +1,265 @@
+"""Repeated requests (protocol.Replay): a request that repeats the connection's last one but for
+its tensor data is answered from that data alone, and anything else takes the full path.
+
+The first tests drive HttpProtocol directly, so that they see which path answered; the last ones
+go through the real server, where a wrong replay would answer with another request's data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import socket
+from typing import Any, cast
+
+import numpy as np
+import pytest
+
+from ptserve.frontends.http.protocol import HttpProtocol, HttpRequest, HttpResponse, Replay
+from tests.serverproc import ServerProcess
+
+BINARY = 16
+
+
+def wire(data: bytes, header: bytes = b'{"inputs":[]}', keep_alive: bool = True) -> bytes:
+    body = header + data
+    head = b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n" % len(body)
+    if not keep_alive:
+        head += b"Connection: close\r\n"
+    return head + b"\r\n" + body
+
+
+class Transport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: list[bytes] = []
+
+    def write(self, data: Any) -> None:
+        self.written.append(bytes(data))
+
+    def writelines(self, parts: Any) -> None:
+        self.write(b"".join(bytes(p) for p in parts))
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+    def close(self) -> None:
+        pass
+
+
+class Handler:
+    """Answers with the request's body; offers a replay that answers with the new data."""
+
+    def __init__(self, wait: asyncio.Future[None] | None = None) -> None:
+        self.parsed: list[bytes] = []
+        self.replayed: list[bytes] = []
+        self.wait = wait
+
+    async def __call__(self, request: HttpRequest) -> HttpResponse:
+        self.parsed.append(bytes(request.body))
+        response = HttpResponse(200, [b"parsed:" + bytes(request.body)])
+        response.replay = Replay(BINARY, self.replay)
+        return response
+
+    async def replay(self, data: memoryview) -> HttpResponse:
+        self.replayed.append(bytes(data))
+        if self.wait is not None:
+            await self.wait
+        return HttpResponse(200, [b"replayed:" + bytes(data)])
+
+
+def connect(handler: Handler) -> tuple[HttpProtocol, Transport]:
+    protocol = HttpProtocol(cast(Any, handler), 1 << 20)
+    transport = Transport()
+    protocol.connection_made(transport)
+    return protocol, transport
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def data(index: int) -> bytes:
+    return bytes([index]) * BINARY
+
+
+async def test_a_repetition_is_answered_from_its_new_data_without_parsing() -> None:
+    handler = Handler()
+    protocol, transport = connect(handler)
+    for index in range(4):
+        protocol.data_received(wire(data(index)))
+        await settle()
+    assert handler.parsed == [b'{"inputs":[]}' + data(0)]
+    assert handler.replayed == [data(1), data(2), data(3)]
+    assert [w.endswith(b"replayed:" + data(i)) for i, w in enumerate(transport.written)] == [
+        False,
+        True,
+        True,
+        True,
+    ]
+
+
+@pytest.mark.parametrize(
+    "second",
+    [
+        wire(data(1), header=b'{"inputs":[1]}'),  # another header
+        wire(bytes(BINARY + 1)),  # another size
+        wire(data(1))[:-1],  # not whole (the rest follows below)
+    ],
+    ids=["other-header", "other-size", "partial"],
+)
+async def test_anything_but_a_whole_repetition_is_parsed(second: bytes) -> None:
+    handler = Handler()
+    protocol, _ = connect(handler)
+    protocol.data_received(wire(data(0)))
+    await settle()
+    protocol.data_received(second)
+    if second == wire(data(1))[:-1]:
+        protocol.data_received(wire(data(1))[-1:])
+    await settle()
+    assert handler.replayed == []
+    assert len(handler.parsed) == 2
+
+
+async def test_requests_arriving_together_are_parsed_and_answered_in_order() -> None:
+    handler = Handler()
+    protocol, transport = connect(handler)
+    protocol.data_received(wire(data(0)))
+    await settle()
+    protocol.data_received(wire(data(1)) + wire(data(2)))
+    await settle()
+    assert handler.replayed == []
+    assert [w[-BINARY:] for w in transport.written] == [data(0), data(1), data(2)]
+
+
+async def test_a_request_arriving_during_a_replay_is_answered_after_it() -> None:
+    loop = asyncio.get_running_loop()
+    handler = Handler(wait=loop.create_future())
+    protocol, transport = connect(handler)
+    protocol.data_received(wire(data(0)))
+    await settle()
+    protocol.data_received(wire(data(1)))  # replayed; waits
+    await settle()
+    protocol.data_received(wire(data(2)))  # not a replay: the connection is busy
+    await settle()
+    assert len(transport.written) == 1
+    assert handler.wait is not None
+    handler.wait.set_result(None)
+    await settle()
+    assert [w[-BINARY:] for w in transport.written] == [data(0), data(1), data(2)]
+    assert handler.replayed == [data(1)]
+
+
+async def test_a_closing_request_sets_up_no_replay() -> None:
+    handler = Handler()
+    protocol, _ = connect(handler)
+    protocol.data_received(wire(data(0), keep_alive=False))
+    await settle()
+    assert protocol._replay is None
+
+
+async def test_a_lost_connection_cancels_a_replay_in_flight() -> None:
+    loop = asyncio.get_running_loop()
+    handler = Handler(wait=loop.create_future())
+    protocol, transport = connect(handler)
+    protocol.data_received(wire(data(0)))
+    await settle()
+    protocol.data_received(wire(data(1)))
+    await settle()
+    protocol.connection_lost(None)
+    assert handler.wait is not None and handler.wait.cancelled()
+    assert len(transport.written) == 1
+
+
+# --- through the real server ------------------------------------------------------------------
+
+
+def infer_wire(model: str, values: np.ndarray, extra_headers: bytes = b"") -> bytes:
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "INPUT0",
+                    "datatype": "FP32",
+                    "shape": list(values.shape),
+                    "parameters": {"binary_data_size": values.nbytes},
+                }
+            ],
+            "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    body = header + values.tobytes()
+    return (
+        b"POST /v2/models/%s/infer HTTP/1.1\r\nHost: x\r\n" % model.encode()
+        + b"Inference-Header-Content-Length: %d\r\n" % len(header)
+        + b"Content-Type: application/octet-stream\r\n"
+        + extra_headers
+        + b"Content-Length: %d\r\n\r\n" % len(body)
+        + body
+    )
+
+
+def read_response(sock: socket.socket, status: int = 200) -> tuple[dict[str, str], bytes]:
+    received = b""
+    while b"\r\n\r\n" not in received:
+        received += sock.recv(65536)
+    head, body = received.split(b"\r\n\r\n", 1)
+    lines = head.decode().split("\r\n")
+    assert lines[0].startswith(f"HTTP/1.1 {status} "), (lines, body)
+    headers = {k.lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+    while len(body) < int(headers["content-length"]):
+        body += sock.recv(65536)
+    return headers, body
+
+
+def output_of(headers: dict[str, str], body: bytes) -> np.ndarray:
+    if headers.get("content-encoding") == "gzip":
+        body = gzip.decompress(body)
+    length = int(headers["inference-header-content-length"])
+    return np.frombuffer(body[length:], np.float32)
+
+
+def test_repeated_requests_on_one_connection_get_their_own_answers(
+    http_server: ServerProcess,
+) -> None:
+    host, port = http_server.http_url.split(":")
+    rng = np.random.default_rng(0)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        for shape in [(1, 8)] * 20 + [(2, 8)] * 5 + [(1, 8)] * 5:
+            values = rng.standard_normal(shape, dtype=np.float32)
+            sock.sendall(infer_wire("identity_fp32", values))
+            headers, body = read_response(sock)
+            np.testing.assert_array_equal(output_of(headers, body), values.ravel())
+
+
+def test_repeated_requests_asking_for_compression_stay_compressed(
+    http_server: ServerProcess,
+) -> None:
+    host, port = http_server.http_url.split(":")
+    rng = np.random.default_rng(1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        for _ in range(5):
+            values = rng.standard_normal((1, 8), dtype=np.float32)
+            sock.sendall(infer_wire("identity_fp32", values, b"Accept-Encoding: gzip\r\n"))
+            headers, body = read_response(sock)
+            assert headers["content-encoding"] == "gzip"
+            np.testing.assert_array_equal(output_of(headers, body), values.ravel())
+
+
+def test_repeated_requests_that_fail_or_succeed_each_get_their_answer(
+    http_server: ServerProcess,
+) -> None:
+    """``fails`` refuses negative input: the same request form fails and succeeds in turn."""
+    host, port = http_server.http_url.split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        for sign in [1, -1, -1, 1, 1, -1, 1]:
+            values = np.full((1, 4), sign, np.float32)
+            sock.sendall(infer_wire("fails", values))
+            if sign > 0:
+                headers, body = read_response(sock)
+                np.testing.assert_array_equal(output_of(headers, body), values.ravel() * 2)
+            else:
+                _, body = read_response(sock, 500)
+                assert b"negative input is not allowed" in body
