@@ -11,12 +11,16 @@ import asyncio
 import gzip
 import json
 import socket
+from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 import pytest
+import torch
 
+from ptserve.examples import SIMPLE_CONFIG, AddSub, write_model
 from ptserve.frontends.http.protocol import HttpProtocol, HttpRequest, HttpResponse, Replay
+from tests.frontends.http.rawhttp import error_of, request
 from tests.serverproc import ServerProcess
 
 BINARY = 16
@@ -176,21 +180,24 @@ async def test_a_lost_connection_cancels_a_replay_in_flight() -> None:
 # --- through the real server ------------------------------------------------------------------
 
 
-def infer_wire(model: str, values: np.ndarray, extra_headers: bytes = b"") -> bytes:
+def infer_wire(model: str, *inputs: np.ndarray, extra_headers: bytes = b"") -> bytes:
+    """An infer request with binary inputs INPUT0, INPUT1, ... and OUTPUT0 asked for binary."""
+    datatypes = {np.dtype(np.float32): "FP32", np.dtype(np.int32): "INT32"}
     header = json.dumps(
         {
             "inputs": [
                 {
-                    "name": "INPUT0",
-                    "datatype": "FP32",
+                    "name": f"INPUT{index}",
+                    "datatype": datatypes[values.dtype],
                     "shape": list(values.shape),
                     "parameters": {"binary_data_size": values.nbytes},
                 }
+                for index, values in enumerate(inputs)
             ],
             "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
         }
     ).encode()
-    body = header + values.tobytes()
+    body = header + b"".join(values.tobytes() for values in inputs)
     return (
         b"POST /v2/models/%s/infer HTTP/1.1\r\nHost: x\r\n" % model.encode()
         + b"Inference-Header-Content-Length: %d\r\n" % len(header)
@@ -214,11 +221,11 @@ def read_response(sock: socket.socket, status: int = 200) -> tuple[dict[str, str
     return headers, body
 
 
-def output_of(headers: dict[str, str], body: bytes) -> np.ndarray:
+def output_of(headers: dict[str, str], body: bytes, dtype: type = np.float32) -> np.ndarray:
     if headers.get("content-encoding") == "gzip":
         body = gzip.decompress(body)
     length = int(headers["inference-header-content-length"])
-    return np.frombuffer(body[length:], np.float32)
+    return np.frombuffer(body[length:], dtype)
 
 
 def test_repeated_requests_on_one_connection_get_their_own_answers(
@@ -242,7 +249,9 @@ def test_repeated_requests_asking_for_compression_stay_compressed(
     with socket.create_connection((host, int(port)), timeout=30) as sock:
         for _ in range(5):
             values = rng.standard_normal((1, 8), dtype=np.float32)
-            sock.sendall(infer_wire("identity_fp32", values, b"Accept-Encoding: gzip\r\n"))
+            sock.sendall(
+                infer_wire("identity_fp32", values, extra_headers=b"Accept-Encoding: gzip\r\n")
+            )
             headers, body = read_response(sock)
             assert headers["content-encoding"] == "gzip"
             np.testing.assert_array_equal(output_of(headers, body), values.ravel())
@@ -263,3 +272,41 @@ def test_repeated_requests_that_fail_or_succeed_each_get_their_answer(
             else:
                 _, body = read_response(sock, 500)
                 assert b"negative input is not allowed" in body
+
+
+def test_a_repeated_request_is_checked_against_the_model_loaded_since(tmp_path: Path) -> None:
+    """The replay answers from the kept header, but the core checks it against the version it
+    runs on: after a reload with narrower inputs, the same bytes on the same connection are
+    refused, as a fresh request would be."""
+    repository = tmp_path / "repo"
+    write_model(repository, "simple", SIMPLE_CONFIG, {1: torch.jit.script(AddSub())})
+    args = ["--model-control-mode", "explicit", "--load-model", "simple"]
+    second = np.arange(16, dtype=np.int32)[None]
+    with ServerProcess([repository], args) as server:
+        host, port = server.http_url.split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            for step in range(4):
+                sock.sendall(infer_wire("simple", np.full((1, 16), step, np.int32), second))
+                headers, body = read_response(sock)
+                assert output_of(headers, body, np.int32).tolist() == [step + i for i in range(16)]
+            narrower = {
+                "name": "simple",
+                "platform": "pytorch_libtorch",
+                "max_batch_size": 8,
+                "input": [
+                    {"name": f"INPUT{i}", "data_type": "TYPE_INT32", "dims": [8]} for i in range(2)
+                ],
+                "output": [
+                    {"name": f"OUTPUT{i}", "data_type": "TYPE_INT32", "dims": [8]} for i in range(2)
+                ],
+            }
+            status, _, reply = request(
+                server.http_url,
+                "POST",
+                "/v2/repository/models/simple/load",
+                json.dumps({"parameters": {"config": json.dumps(narrower)}}).encode(),
+            )
+            assert status == 200, reply
+            sock.sendall(infer_wire("simple", np.full((1, 16), 9, np.int32), second))
+            _, body = read_response(sock, 400)
+            assert "unexpected shape for input 'INPUT0'" in error_of(body)
