@@ -274,6 +274,46 @@ def test_repeated_requests_that_fail_or_succeed_each_get_their_answer(
                 assert b"negative input is not allowed" in body
 
 
+def test_repeated_string_data_that_does_not_fit_is_refused(http_server: ServerProcess) -> None:
+    """BYTES elements carry their own lengths: a repetition of the right size whose lengths
+    overrun its data is a client error, answered as the full path would answer it."""
+    host, port = http_server.http_url.split(":")
+
+    def strings(first_length: int) -> bytes:
+        body = json.dumps(
+            {
+                "inputs": [
+                    {
+                        "name": "INPUT0",
+                        "datatype": "BYTES",
+                        "shape": [2],
+                        "parameters": {"binary_data_size": 12},
+                    }
+                ],
+                "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
+            }
+        ).encode()
+        header_length = len(body)
+        body += first_length.to_bytes(4, "little") + b"ab" + (2).to_bytes(4, "little") + b"cd"
+        return (
+            b"POST /v2/models/identity_bytes/infer HTTP/1.1\r\nHost: x\r\n"
+            + b"Inference-Header-Content-Length: %d\r\n" % header_length
+            + b"Content-Length: %d\r\n\r\n" % len(body)
+            + body
+        )
+
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        for first_length in [2, 2, 9, 2]:
+            sock.sendall(strings(first_length))
+            if first_length == 2:
+                headers, body = read_response(sock)
+                length = int(headers["inference-header-content-length"])
+                assert body[length:] == b"\x02\x00\x00\x00ab\x02\x00\x00\x00cd"
+            else:
+                _, body = read_response(sock, 400)
+                assert "INPUT0" in error_of(body), body
+
+
 def test_a_repeated_request_is_checked_against_the_model_loaded_since(tmp_path: Path) -> None:
     """The replay answers from the kept header, but the core checks it against the version it
     runs on: after a reload with narrower inputs, the same bytes on the same connection are

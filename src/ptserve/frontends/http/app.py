@@ -167,8 +167,8 @@ class HttpApp:
         model, version = request.model_name, request.model_version
 
         async def answer(binary: memoryview) -> HttpResponse:
-            repeated = template.request(model, version, binary, key)
-            try:
+            try:  # (the new data may not fit its header: BYTES elements carry their lengths)
+                repeated = template.request(model, version, binary, key)
                 response = await self.server.infer(repeated)
             except ServerError as exc:
                 return _error(exc)
