@@ -33,6 +33,9 @@ def _response(body: bytes, content_type: str = "application/json", extra: str = 
     return head.encode() + body
 
 
+_ID = b'{"id":"'
+
+
 class CannedInfer:
     """The infer answer, with the request's id spliced in (perf_analyzer matches answers to
     requests by id); the id is read where perf_analyzer writes it, first in the JSON header."""
@@ -54,21 +57,20 @@ class CannedInfer:
             },
             separators=(",", ":"),
         ).encode()
-        self.after_id = header[len(b'{"id":"') :]
+        self.after_id = header[len(_ID) :]
         self.data = bytes(output["byte_size"])
-        self.fixed = len(header) + len(self.data)
 
     def answer(self, body: bytes) -> bytes:
         request_id = b""
-        if body.startswith(b'{"id":"'):
-            request_id = body[7 : body.index(b'"', 7)]
-        header_length = len(self.after_id) + 7 + len(request_id)
+        if body.startswith(_ID):
+            request_id = body[len(_ID) : body.index(b'"', len(_ID))]
+        header_length = len(_ID) + len(request_id) + len(self.after_id)
         return b"".join(
             (
                 b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
                 b"Inference-Header-Content-Length: %d\r\nContent-Length: %d\r\n\r\n"
                 % (header_length, header_length + len(self.data)),
-                b'{"id":"',
+                _ID,
                 request_id,
                 self.after_id,
                 self.data,

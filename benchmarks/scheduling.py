@@ -216,9 +216,10 @@ def floor(binary: str, server_url: str, model: str, input_data: Path) -> dict[st
         "/v2": get_json(server_url, "/v2"),
         f"/v2/models/{model}": get_json(server_url, f"/v2/models/{model}"),
         f"/v2/models/{model}/config": config,
-        # perf_analyzer reads the statistics around each window (this snapshot never moves)
+        # perf_analyzer reads the statistics around each window; the floor server moves their
+        # counts with the requests it answers
         f"/v2/models/{model}/stats": get_json(server_url, f"/v2/models/{model}/stats"),
-        "infer": {
+        "infer": {  # (the example CNN's output is FP32)
             "name": output["name"],
             "datatype": "FP32",
             "shape": dims,
@@ -237,9 +238,9 @@ def floor(binary: str, server_url: str, model: str, input_data: Path) -> dict[st
         with subprocess.Popen(command) as process:
             try:
                 deadline = time.monotonic() + 30
-                while True:
+                while True:  # until it listens
                     try:
-                        before = get_json(url, "/floor")
+                        get_json(url, "/floor")
                         break
                     except OSError:
                         if time.monotonic() > deadline or process.poll() is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -100,3 +101,21 @@ def write_identity_models(repository: Path) -> list[str]:
     )
     write_model(repository, "reshaped", RESHAPE_CONFIG, {1: torch.jit.script(RowSums())})
     return [*names, "identity_bytes", "fails", "reshaped"]
+
+
+def simple_config(dims: int) -> str:
+    """The example ``simple`` model's configuration as JSON (for the load API), with ``dims``
+    elements per input and output instead of 16."""
+    return json.dumps(
+        {
+            "name": "simple",
+            "platform": "pytorch_libtorch",
+            "max_batch_size": 8,
+            "input": [
+                {"name": f"INPUT{i}", "data_type": "TYPE_INT32", "dims": [dims]} for i in range(2)
+            ],
+            "output": [
+                {"name": f"OUTPUT{i}", "data_type": "TYPE_INT32", "dims": [dims]} for i in range(2)
+            ],
+        }
+    )

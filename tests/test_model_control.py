@@ -19,6 +19,7 @@ from tritonclient.utils import InferenceServerException
 
 from ptserve.examples import SIMPLE_CONFIG, AddSub, write_model
 from tests.core.slow import Slow, slow_config, write_slow
+from tests.models import simple_config
 from tests.serverproc import ServerProcess
 
 POLL = ["--model-control-mode", "poll", "--repository-poll-secs", "1"]
@@ -304,20 +305,7 @@ def test_a_repeated_request_is_checked_again_after_the_model_changes(
             inputs[1].set_data_from_numpy(np.arange(16, dtype=np.int32)[None], **binary)
             result = client.infer("simple", inputs, outputs=outputs).as_numpy("OUTPUT0")
             assert result.tolist() == [[step + i for i in range(16)]]
-        narrower = json.dumps(
-            {
-                "name": "simple",
-                "platform": "pytorch_libtorch",
-                "max_batch_size": 8,
-                "input": [
-                    {"name": f"INPUT{i}", "data_type": "TYPE_INT32", "dims": [8]} for i in range(2)
-                ],
-                "output": [
-                    {"name": f"OUTPUT{i}", "data_type": "TYPE_INT32", "dims": [8]} for i in range(2)
-                ],
-            }
-        )
-        client.load_model("simple", config=narrower)
+        client.load_model("simple", config=simple_config(8))
         with pytest.raises(InferenceServerException) as refused:
             client.infer("simple", inputs, outputs=outputs)
         expected = "400" if protocol == "http" else "StatusCode.INVALID_ARGUMENT"

@@ -81,26 +81,6 @@ class ModelStats:
             stats.compute_infer.add(compute_infer_ns)
             stats.compute_output.add(compute_output_ns)
 
-    def record_success(
-        self,
-        total_ns: int,
-        queue_ns: int,
-        compute_input_ns: int,
-        compute_infer_ns: int,
-        compute_output_ns: int,
-    ) -> None:
-        """One request answered: each request is charged the full phases of its batch."""
-        with self._lock:
-            inference = self.inference
-            inference["success"].add(total_ns)
-            inference["queue"].add(queue_ns)
-            inference["compute_input"].add(compute_input_ns)
-            inference["compute_infer"].add(compute_infer_ns)
-            inference["compute_output"].add(compute_output_ns)
-        observer = self.observer
-        if observer is not None:
-            observer(total_ns, queue_ns, compute_input_ns, compute_infer_ns, compute_output_ns)
-
     def record_successes(
         self,
         totals_and_queues: list[tuple[int, int]],
@@ -108,7 +88,8 @@ class ModelStats:
         compute_infer_ns: int,
         compute_output_ns: int,
     ) -> None:
-        """The requests of one batch answered (as ``record_success`` for each, in one go)."""
+        """The requests of one batch answered, each with its total and queue time; each is
+        charged the full phases of its batch."""
         count = len(totals_and_queues)
         if not count:
             return

@@ -7,7 +7,6 @@ import enum
 import time
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from ptserve.core.errors import ServerError
 from ptserve.core.prepared import OutputMap, PreparedRequest
@@ -23,7 +22,10 @@ def _deliver(future: asyncio.Future[OutputMap], result: OutputMap | ServerError)
         future.set_result(result)
 
 
-def _deliver_all(answers: list[tuple[asyncio.Future[OutputMap], OutputMap | ServerError]]) -> None:
+Answer = tuple[asyncio.Future[OutputMap], OutputMap | ServerError]
+
+
+def _deliver_all(answers: list[Answer]) -> None:
     for future, result in answers:
         _deliver(future, result)
 
@@ -33,7 +35,7 @@ def complete_all(
 ) -> None:
     """Answer a batch's items (None: a filler row), waking each event loop once rather than
     once per item: a wake-up from another thread costs about as much as the answer itself."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[OutputMap], Any]]] = {}
+    by_loop: dict[asyncio.AbstractEventLoop, list[Answer]] = {}
     for item, result in zip(items, results, strict=True):
         if item is not None:
             by_loop.setdefault(item.loop, []).append((item.future, result))

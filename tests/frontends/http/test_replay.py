@@ -21,6 +21,7 @@ import torch
 from ptserve.examples import SIMPLE_CONFIG, AddSub, write_model
 from ptserve.frontends.http.protocol import HttpProtocol, HttpRequest, HttpResponse, Replay
 from tests.frontends.http.rawhttp import error_of, request
+from tests.models import simple_config
 from tests.serverproc import ServerProcess
 
 BINARY = 16
@@ -138,14 +139,19 @@ async def test_requests_arriving_together_are_parsed_and_answered_in_order() -> 
     assert [w[-BINARY:] for w in transport.written] == [data(0), data(1), data(2)]
 
 
-async def test_a_request_arriving_during_a_replay_is_answered_after_it() -> None:
-    loop = asyncio.get_running_loop()
-    handler = Handler(wait=loop.create_future())
+async def replay_waiting() -> tuple[Handler, HttpProtocol, Transport]:
+    """A connection whose second request is being replayed and waits for ``handler.wait``."""
+    handler = Handler(wait=asyncio.get_running_loop().create_future())
     protocol, transport = connect(handler)
     protocol.data_received(wire(data(0)))
     await settle()
-    protocol.data_received(wire(data(1)))  # replayed; waits
+    protocol.data_received(wire(data(1)))
     await settle()
+    return handler, protocol, transport
+
+
+async def test_a_request_arriving_during_a_replay_is_answered_after_it() -> None:
+    handler, protocol, transport = await replay_waiting()
     protocol.data_received(wire(data(2)))  # not a replay: the connection is busy
     await settle()
     assert len(transport.written) == 1
@@ -165,13 +171,7 @@ async def test_a_closing_request_sets_up_no_replay() -> None:
 
 
 async def test_a_lost_connection_cancels_a_replay_in_flight() -> None:
-    loop = asyncio.get_running_loop()
-    handler = Handler(wait=loop.create_future())
-    protocol, transport = connect(handler)
-    protocol.data_received(wire(data(0)))
-    await settle()
-    protocol.data_received(wire(data(1)))
-    await settle()
+    handler, protocol, transport = await replay_waiting()
     protocol.connection_lost(None)
     assert handler.wait is not None and handler.wait.cancelled()
     assert len(transport.written) == 1
@@ -329,22 +329,11 @@ def test_a_repeated_request_is_checked_against_the_model_loaded_since(tmp_path: 
                 sock.sendall(infer_wire("simple", np.full((1, 16), step, np.int32), second))
                 headers, body = read_response(sock)
                 assert output_of(headers, body, np.int32).tolist() == [step + i for i in range(16)]
-            narrower = {
-                "name": "simple",
-                "platform": "pytorch_libtorch",
-                "max_batch_size": 8,
-                "input": [
-                    {"name": f"INPUT{i}", "data_type": "TYPE_INT32", "dims": [8]} for i in range(2)
-                ],
-                "output": [
-                    {"name": f"OUTPUT{i}", "data_type": "TYPE_INT32", "dims": [8]} for i in range(2)
-                ],
-            }
             status, _, reply = request(
                 server.http_url,
                 "POST",
                 "/v2/repository/models/simple/load",
-                json.dumps({"parameters": {"config": json.dumps(narrower)}}).encode(),
+                json.dumps({"parameters": {"config": simple_config(8)}}).encode(),
             )
             assert status == 200, reply
             sock.sendall(infer_wire("simple", np.full((1, 16), 9, np.int32), second))
