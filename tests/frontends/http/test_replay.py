@@ -208,6 +208,11 @@ def infer_wire(model: str, *inputs: np.ndarray, extra_headers: bytes = b"") -> b
     )
 
 
+def open_connection(url: str) -> socket.socket:
+    host, port = url.split(":")
+    return socket.create_connection((host, int(port)), timeout=30)
+
+
 def read_response(sock: socket.socket, status: int = 200) -> tuple[dict[str, str], bytes]:
     received = b""
     while b"\r\n\r\n" not in received:
@@ -231,9 +236,8 @@ def output_of(headers: dict[str, str], body: bytes, dtype: type = np.float32) ->
 def test_repeated_requests_on_one_connection_get_their_own_answers(
     http_server: ServerProcess,
 ) -> None:
-    host, port = http_server.http_url.split(":")
     rng = np.random.default_rng(0)
-    with socket.create_connection((host, int(port)), timeout=30) as sock:
+    with open_connection(http_server.http_url) as sock:
         for shape in [(1, 8)] * 20 + [(2, 8)] * 5 + [(1, 8)] * 5:
             values = rng.standard_normal(shape, dtype=np.float32)
             sock.sendall(infer_wire("identity_fp32", values))
@@ -244,9 +248,8 @@ def test_repeated_requests_on_one_connection_get_their_own_answers(
 def test_repeated_requests_asking_for_compression_stay_compressed(
     http_server: ServerProcess,
 ) -> None:
-    host, port = http_server.http_url.split(":")
     rng = np.random.default_rng(1)
-    with socket.create_connection((host, int(port)), timeout=30) as sock:
+    with open_connection(http_server.http_url) as sock:
         for _ in range(5):
             values = rng.standard_normal((1, 8), dtype=np.float32)
             sock.sendall(
@@ -261,8 +264,7 @@ def test_repeated_requests_that_fail_or_succeed_each_get_their_answer(
     http_server: ServerProcess,
 ) -> None:
     """``fails`` refuses negative input: the same request form fails and succeeds in turn."""
-    host, port = http_server.http_url.split(":")
-    with socket.create_connection((host, int(port)), timeout=30) as sock:
+    with open_connection(http_server.http_url) as sock:
         for sign in [1, -1, -1, 1, 1, -1, 1]:
             values = np.full((1, 4), sign, np.float32)
             sock.sendall(infer_wire("fails", values))
@@ -277,7 +279,6 @@ def test_repeated_requests_that_fail_or_succeed_each_get_their_answer(
 def test_repeated_string_data_that_does_not_fit_is_refused(http_server: ServerProcess) -> None:
     """BYTES elements carry their own lengths: a repetition of the right size whose lengths
     overrun its data is a client error, answered as the full path would answer it."""
-    host, port = http_server.http_url.split(":")
 
     def strings(first_length: int) -> bytes:
         body = json.dumps(
@@ -302,7 +303,7 @@ def test_repeated_string_data_that_does_not_fit_is_refused(http_server: ServerPr
             + body
         )
 
-    with socket.create_connection((host, int(port)), timeout=30) as sock:
+    with open_connection(http_server.http_url) as sock:
         for first_length in [2, 2, 9, 2]:
             sock.sendall(strings(first_length))
             if first_length == 2:
@@ -322,20 +323,18 @@ def test_a_repeated_request_is_checked_against_the_model_loaded_since(tmp_path: 
     write_model(repository, "simple", SIMPLE_CONFIG, {1: torch.jit.script(AddSub())})
     args = ["--model-control-mode", "explicit", "--load-model", "simple"]
     second = np.arange(16, dtype=np.int32)[None]
-    with ServerProcess([repository], args) as server:
-        host, port = server.http_url.split(":")
-        with socket.create_connection((host, int(port)), timeout=30) as sock:
-            for step in range(4):
-                sock.sendall(infer_wire("simple", np.full((1, 16), step, np.int32), second))
-                headers, body = read_response(sock)
-                assert output_of(headers, body, np.int32).tolist() == [step + i for i in range(16)]
-            status, _, reply = request(
-                server.http_url,
-                "POST",
-                "/v2/repository/models/simple/load",
-                json.dumps({"parameters": {"config": simple_config(8)}}).encode(),
-            )
-            assert status == 200, reply
-            sock.sendall(infer_wire("simple", np.full((1, 16), 9, np.int32), second))
-            _, body = read_response(sock, 400)
-            assert "unexpected shape for input 'INPUT0'" in error_of(body)
+    with ServerProcess([repository], args) as server, open_connection(server.http_url) as sock:
+        for step in range(4):
+            sock.sendall(infer_wire("simple", np.full((1, 16), step, np.int32), second))
+            headers, body = read_response(sock)
+            assert output_of(headers, body, np.int32).tolist() == [step + i for i in range(16)]
+        status, _, reply = request(
+            server.http_url,
+            "POST",
+            "/v2/repository/models/simple/load",
+            json.dumps({"parameters": {"config": simple_config(8)}}).encode(),
+        )
+        assert status == 200, reply
+        sock.sendall(infer_wire("simple", np.full((1, 16), 9, np.int32), second))
+        _, body = read_response(sock, 400)
+        assert "unexpected shape for input 'INPUT0'" in error_of(body)

@@ -145,7 +145,7 @@ class HttpApp:
         if encoding:
             result.body = [compression.compress(result.body, encoding)]
             result.headers.append(("Content-Encoding", encoding))
-        elif not content_encoding:
+        elif not content_encoding and request.raw is not None:  # (else it cannot repeat)
             result.replay = self._replay(infer_request, binary_default)
         return result
 
