@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import threading
 import time
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
@@ -36,12 +37,15 @@ def complete_all(
     """Answer a batch's items (None: a filler row), waking each event loop once rather than
     once per item: a wake-up from another thread costs about as much as the answer itself."""
     by_loop: dict[asyncio.AbstractEventLoop, list[Answer]] = {}
+    on_loop: set[asyncio.AbstractEventLoop] = set()
+    here = threading.get_ident()
     for item, result in zip(items, results, strict=True):
         if item is not None:
             by_loop.setdefault(item.loop, []).append((item.future, result))
-    running = asyncio._get_running_loop()
+            if item.thread == here:
+                on_loop.add(item.loop)
     for loop, answers in by_loop.items():
-        if loop is running:
+        if loop in on_loop:
             _deliver_all(answers)
         else:
             loop.call_soon_threadsafe(_deliver_all, answers)
@@ -71,6 +75,7 @@ class WorkItem:
         "place",
         "request",
         "start_ns",
+        "thread",
     )
 
     def __init__(
@@ -81,6 +86,7 @@ class WorkItem:
     ) -> None:
         self.request = request
         self.loop = loop
+        self.thread = threading.get_ident()  # the loop's: items are made on their loop
         self.future: asyncio.Future[OutputMap] = loop.create_future()
         self.arrival_ns = time.perf_counter_ns()
         self.enqueue_ns = self.arrival_ns
@@ -93,7 +99,7 @@ class WorkItem:
 
     def complete(self, result: OutputMap | ServerError) -> None:
         """Hand the result back to the event loop (callable from any thread)."""
-        if asyncio._get_running_loop() is self.loop:  # run on the loop itself
+        if threading.get_ident() == self.thread:  # run on the loop itself
             _deliver(self.future, result)
         else:
             self.loop.call_soon_threadsafe(_deliver, self.future, result)
