@@ -12,6 +12,7 @@ from ptserve.core.prepared import OutputMap
 from ptserve.core.stats import ModelStats
 from ptserve.scheduling.base import Scheduler
 from ptserve.scheduling.batching import BatchRule
+from ptserve.scheduling.hold import POLL_SECONDS, Hold
 from ptserve.scheduling.ordering import OrderedDelivery
 from ptserve.scheduling.policy import Priorities
 from ptserve.scheduling.priority_queue import TIMEOUT_EXPIRED, PriorityQueue
@@ -36,9 +37,11 @@ class DynamicBatcher(Scheduler):
         rule: BatchRule,
         priorities: Priorities,
         preserve_ordering: bool,
+        hold: Hold | None = None,
     ) -> None:
         super().__init__(stats)
         self.rule = rule
+        self._hold = hold or Hold()
         self._ragged = frozenset(s.name for s in io.inputs if s.allow_ragged_batch)
         self._queue = PriorityQueue(priorities)
         self._cond = threading.Condition(threading.Lock())
@@ -57,7 +60,7 @@ class DynamicBatcher(Scheduler):
             timeout_ns = self._queue.push(item)
             if self._timed:
                 # A worker is waiting out the delay; wake it early only if the batch is done.
-                if self._queue.rows >= self.rule.max_preferred or item.key != self._last_key:
+                if self.rule.completes(self._queue.rows) or item.key != self._last_key:
                     self._cond.notify()
             elif self._idle:
                 self._cond.notify()
@@ -75,6 +78,11 @@ class DynamicBatcher(Scheduler):
     def next_batch(self, instance: int) -> Batch | None:
         with self._cond:
             while True:
+                if not self._closed and self._hold.holding(self._queue.count):
+                    self._timed += 1
+                    self._cond.wait(POLL_SECONDS)
+                    self._timed -= 1
+                    continue
                 chosen, wait_ns = self.rule.choose(
                     self._queue.live(), time.perf_counter_ns(), self._closed
                 )

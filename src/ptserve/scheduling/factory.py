@@ -9,6 +9,7 @@ from ptserve.scheduling.base import Scheduler
 from ptserve.scheduling.batching import BatchRule
 from ptserve.scheduling.default import DefaultScheduler
 from ptserve.scheduling.dynamic import DynamicBatcher
+from ptserve.scheduling.hold import Hold
 from ptserve.scheduling.policy import Priorities
 from ptserve.scheduling.sequence import SequenceBatcher
 
@@ -27,6 +28,11 @@ def make_scheduler(
             dynamic.max_queue_delay_microseconds,
         )
         return DynamicBatcher(
-            stats, io, rule, Priorities.from_config(config), dynamic.preserve_ordering
+            stats,
+            io,
+            rule,
+            Priorities.from_config(config),
+            dynamic.preserve_ordering,
+            Hold.from_environment(config.name),
         )
     return DefaultScheduler(stats)

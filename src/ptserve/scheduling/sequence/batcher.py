@@ -21,6 +21,7 @@ from ptserve.core.sequence_io import CORRID
 from ptserve.core.stats import ModelStats
 from ptserve.scheduling.base import Scheduler
 from ptserve.scheduling.batching import BatchRule
+from ptserve.scheduling.hold import POLL_SECONDS, Hold
 from ptserve.scheduling.sequence.rows import RowBuilder
 from ptserve.scheduling.sequence.slots import Sequence, Slot, SlotTable
 from ptserve.scheduling.work import Batch, WorkItem
@@ -57,6 +58,7 @@ class SequenceBatcher(Scheduler):
         self._sequences: dict[int | str, Sequence] = {}
         self._cond = threading.Condition(threading.Lock())
         self._closed = False
+        self._hold = Hold.from_environment(config.name, sequences=True)
         self._string_ids = all(
             c.datatype.is_bytes for c in self.rows.plan.controls if c.kind == CORRID
         )
@@ -110,6 +112,9 @@ class SequenceBatcher(Scheduler):
             while True:
                 now = time.perf_counter_ns()
                 wake_ns = self._release_idle(now)
+                if not self._closed and self._held():
+                    self._cond.wait(POLL_SECONDS)
+                    continue
                 batch, wait_ns = self._oldest(now) if self.oldest else self._direct(instance, now)
                 if batch is not None:
                     return batch
@@ -222,6 +227,11 @@ class SequenceBatcher(Scheduler):
             elif soonest < 0 or left < soonest:
                 soonest = left
         return soonest
+
+    def _held(self) -> bool:
+        """The test hook (see hold.py): requests queued in slots, and in the backlog."""
+        queued = sum(len(s.pending) for s in self._sequences.values() if s.slot is not None)
+        return self._hold.holding(queued, sum(len(s.pending) for s in self.table.backlog))
 
     def _has_pending(self) -> bool:
         return any(s.pending for s in self._iter_sequences())
