@@ -10,7 +10,7 @@ from ptserve.core import datatypes
 from ptserve.core.errors import ServerError
 from ptserve.core.inference import PlanCache, prepare
 from ptserve.core.iospec import model_io
-from ptserve.core.types import InferRequest, Tensor
+from ptserve.core.types import InferRequest, RequestedOutput, Tensor
 
 CONFIG = """
     name: "m"
@@ -59,3 +59,12 @@ def test_requests_without_a_signature_or_that_fail_leave_no_plan() -> None:
     assert plans.get("bad") is None
     with pytest.raises(ServerError, match="unexpected shape for input 'B'"):
         prepare(request(ones, wrong, signature="bad"), io, plans)
+
+
+def test_requested_outputs_are_checked_before_the_inputs() -> None:
+    io = model_io(parse_config(CONFIG, "m"))
+    wrong = np.ones((1, 3), np.float32)
+    bad = request(wrong, wrong, signature=None)
+    bad.outputs = [RequestedOutput("Z")]
+    with pytest.raises(ServerError, match="unexpected inference output 'Z' for model 'm'"):
+        prepare(bad, io)

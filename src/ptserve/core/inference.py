@@ -58,6 +58,7 @@ def prepare(
     if signature is not None and plans is not None and (plan := plans.get(signature)) is not None:
         return plan.apply(request, io.batching)
     model = request.model_name
+    requested = _requested_outputs(request, io)  # first, as the reference: it names the output
     seen: dict[str, Tensor] = {}
     positions: dict[str, int] = {}
     for position, tensor in enumerate(request.inputs):
@@ -123,7 +124,6 @@ def prepare(
             )
         arrays[spec.name] = _reshape_for_model(tensor.data, spec, io.batching)
 
-    requested = _requested_outputs(request, io)
     prepared = PreparedRequest(
         id=request.id,
         inputs=arrays,

@@ -28,12 +28,14 @@ log = logging.getLogger("ptserve.server")
 
 EXTENSIONS = (
     "classification",
+    "sequence",
     "model_configuration",
     "binary_tensor_data",
     "parameters",
     "statistics",
     "model_repository",
     "model_repository(unload_dependents)",
+    "schedule_policy",
     "logging",
     "trace",
     "system_shared_memory",
