@@ -145,29 +145,34 @@ class InferenceServer:
         }
 
     def model_ready(self, name: str, version: str = "") -> bool:
-        """Whether the model (version) can serve; raises not-found for unknown models."""
-        model = self.manager.get_model(name)
+        """Whether the model (version) can serve; False for unknown models and versions, as the
+        reference answers (only a version that is not a number is an error)."""
+        number = 0
         if version:
             try:
-                found = model.versions.get(int(version))
+                number = int(version)
             except ValueError:
                 raise invalid_arg(
                     f"model '{name}': version '{version}' is not a valid number"
                 ) from None
-            if found is None:
-                raise not_found(
-                    f"Request for unknown model: '{name}' version {version} is not found"
-                )
-            return found.ready
+        try:
+            model = self.manager.get_model(name)
+        except ServerError:
+            return False
+        if number:
+            found = model.versions.get(number)
+            return found is not None and found.ready
         return bool(model.ready_versions())
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         target = self.manager.get_version(name, version)
         model = self.manager.get_model(name)
         io = target.io
+        # One version asked for: only that one, as the reference lists it.
+        versions = [target] if version else model.ready_versions()
         return {
             "name": name,
-            "versions": [str(v.version) for v in model.ready_versions()],
+            "versions": [str(v.version) for v in versions],
             "platform": target.config.platform,
             "inputs": [
                 {"name": s.name, "datatype": s.datatype.name, "shape": s.full_shape(io.batching)}

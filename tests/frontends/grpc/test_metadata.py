@@ -64,8 +64,19 @@ def test_model_metadata_matches_http(
         "simple"
     )
     assert [o.name for o in metadata.outputs] == [o["name"] for o in http_metadata["outputs"]]
-    versioned = client.get_model_metadata("versioned", "3")
-    assert list(versioned.versions) == ["1", "2", "3"]
+    assert list(client.get_model_metadata("versioned").versions) == ["1", "2", "3"]
+    # The metadata of one version lists only that version, as the reference's does.
+    assert list(client.get_model_metadata("versioned", "3").versions) == ["3"]
+
+
+def test_unknown_models_and_versions_are_not_ready(
+    client: grpcclient.InferenceServerClient,
+) -> None:
+    assert client.is_model_ready("simple")
+    assert not client.is_model_ready("nope")
+    assert not client.is_model_ready("versioned", "9")
+    with pytest.raises(InferenceServerException, match="not a valid number"):
+        client.is_model_ready("versioned", "x")
 
 
 def test_model_config_is_the_auto_completed_message(

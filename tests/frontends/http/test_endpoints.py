@@ -32,6 +32,8 @@ def test_server_metadata(client: httpclient.InferenceServerClient) -> None:
         "model_configuration",
         "statistics",
         "system_shared_memory",
+        "sequence",
+        "schedule_policy",
     ):
         assert extension in metadata["extensions"]
     assert "cuda_shared_memory" not in metadata["extensions"]
@@ -77,8 +79,9 @@ def test_model_readiness(
 ) -> None:
     assert client.is_model_ready("simple")
     assert client.is_model_ready("versioned", "2")
-    assert request(http_server.http_url, "GET", "/v2/models/nope/ready")[0] == 404
-    assert request(http_server.http_url, "GET", "/v2/models/versioned/versions/9/ready")[0] == 404
+    # Unknown models and versions are not ready (400, as the reference), not an error.
+    assert request(http_server.http_url, "GET", "/v2/models/nope/ready")[0] == 400
+    assert request(http_server.http_url, "GET", "/v2/models/versioned/versions/9/ready")[0] == 400
 
 
 @pytest.mark.parametrize(
