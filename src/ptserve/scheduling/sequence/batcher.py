@@ -55,7 +55,10 @@ class SequenceBatcher(Scheduler):
             self.min_utilization = float(direct.minimum_slot_utilization)
         self.table = SlotTable(slots)
         self._by_instance = [self.table.of_instance(i) for i in range(instances)]
-        self._sequences: dict[int | str, Sequence] = {}
+        # Sequences that take further requests of their id, and every sequence not yet done
+        # (an ended one runs its queued requests while a new one of the same id may start).
+        self._open: dict[int | str, Sequence] = {}
+        self._live: set[Sequence] = set()
         self._cond = threading.Condition(threading.Lock())
         self._closed = False
         self._hold = Hold.from_environment(config.name, sequences=True)
@@ -80,29 +83,40 @@ class SequenceBatcher(Scheduler):
             )
         if self.io.batching and item.request.batch_size != 1:
             raise invalid_arg(
-                f"inference request for sequence {sequence_id} to model '{self.model}' must "
-                f"have batch size 1, got {item.request.batch_size}"
+                f"inference request to model '{self.model}' must specify batch-size 1 due to "
+                f"requirements of sequence batcher (sequence {sequence_id} sent batch-size "
+                f"{item.request.batch_size})"
             )
         now = time.perf_counter_ns()
         with self._cond:
             if self._closed:
                 raise unavailable(f"model '{self.model}' is unloading and accepts no new requests")
-            sequence = self._sequences.get(sequence_id)
-            if sequence is None or sequence.ended:
+            sequence = self._open.get(sequence_id)
+            if sequence is None:
                 if not options.start:
-                    what = "has ended" if sequence is not None else "is not active"
                     raise invalid_arg(
                         f"inference request for sequence {sequence_id} to model '{self.model}' "
                         f"must specify the START flag on the first request of the sequence "
-                        f"(sequence {sequence_id} {what})"
+                        f"(sequence {sequence_id} is not active)"
                     )
-                if sequence is None:
-                    sequence = Sequence(sequence_id, now)
-                    self._sequences[sequence_id] = sequence
-                    self.table.assign(sequence)
+                # A new sequence, even while an ended one of the same id still runs: it takes
+                # a slot of its own (or waits in the backlog for one).
+                sequence = Sequence(sequence_id, now)
+                self._open[sequence_id] = sequence
+                self._live.add(sequence)
+                self.table.assign(sequence)
+            elif options.start:
+                log.warning(
+                    "sequence %s for model '%s' has a conflict. The previous sequence did not "
+                    "end before this sequence start. Previous sequence will be terminated early.",
+                    sequence_id,
+                    self.model,
+                )
             sequence.pending.append(item)
             sequence.last_ns = now
-            sequence.ended = options.end
+            if options.end:  # later requests of this id start a new sequence
+                sequence.ended = True
+                del self._open[sequence_id]
             self._cond.notify_all()
 
     # --- the worker side -----------------------------------------------------------------
@@ -157,7 +171,7 @@ class SequenceBatcher(Scheduler):
 
     def _oldest(self, now: int) -> tuple[Batch | None, int]:
         ready = sorted(
-            (s for s in self._sequences.values() if s.ready),
+            (s for s in self._live if s.ready),
             key=lambda s: s.pending[0].enqueue_ns,
         )
         rows: dict[int, tuple[Sequence, PreparedRequest]] = {}
@@ -202,8 +216,9 @@ class SequenceBatcher(Scheduler):
     # --- bookkeeping ---------------------------------------------------------------------
 
     def _drop(self, sequence: Sequence) -> None:
-        if self._sequences.get(sequence.id) is sequence:
-            del self._sequences[sequence.id]
+        if self._open.get(sequence.id) is sequence:
+            del self._open[sequence.id]
+        self._live.discard(sequence)
         if sequence in self.table.backlog:
             self.table.backlog.remove(sequence)
         self.table.release(sequence)
@@ -211,7 +226,7 @@ class SequenceBatcher(Scheduler):
     def _release_idle(self, now: int) -> int:
         """Release sequences idle too long; returns ns until the next may expire (-1: none)."""
         soonest = -1
-        for sequence in list(self._sequences.values()):
+        for sequence in list(self._live):
             if sequence.busy or sequence.pending or sequence.slot is None:
                 continue
             left = sequence.last_ns + self.idle_ns - now
@@ -230,11 +245,11 @@ class SequenceBatcher(Scheduler):
 
     def _held(self) -> bool:
         """The test hook (see hold.py): requests queued in slots, and in the backlog."""
-        queued = sum(len(s.pending) for s in self._sequences.values() if s.slot is not None)
+        queued = sum(len(s.pending) for s in self._live if s.slot is not None)
         return self._hold.holding(queued, sum(len(s.pending) for s in self.table.backlog))
 
     def _has_pending(self) -> bool:
         return any(s.pending for s in self._iter_sequences())
 
     def _iter_sequences(self) -> Iterator[Sequence]:
-        return iter(self._sequences.values())
+        return iter(self._live)

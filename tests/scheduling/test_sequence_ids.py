@@ -1,0 +1,82 @@
+"""Correlation ids in the sequence batcher, as the reference keeps them: a sequence's END frees
+its id at once (a new START takes a slot of its own, or waits in the backlog), and a START on an
+id that never ended goes on in that sequence's slot."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from ptserve.config.parse import parse_config
+from ptserve.core.errors import ServerError
+from ptserve.core.iospec import model_io
+from ptserve.core.prepared import PreparedRequest
+from ptserve.core.stats import ModelStats
+from ptserve.scheduling.params import RequestOptions
+from ptserve.scheduling.sequence import SequenceBatcher
+from ptserve.scheduling.work import WorkItem
+
+CONFIG = """
+    name: "seq"
+    max_batch_size: 1
+    input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+    output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+    sequence_batching { direct { } }
+"""
+
+
+def batcher() -> SequenceBatcher:
+    config = parse_config(CONFIG, "seq")
+    return SequenceBatcher(ModelStats(), model_io(config), config, instances=1)
+
+
+def item(sequence_id: int, start: bool = False, end: bool = False, rows: int = 1) -> WorkItem:
+    request = PreparedRequest("", {"INPUT": np.zeros((rows, 1), np.float32)}, rows, ("OUTPUT",))
+    options = RequestOptions(sequence_id=sequence_id, start=start, end=end)
+    return WorkItem(request, asyncio.get_running_loop(), options)
+
+
+async def test_a_start_after_an_end_is_a_new_sequence_waiting_for_a_slot() -> None:
+    scheduler = batcher()  # one slot
+    first = [item(7, start=True), item(7), item(7, end=True)]
+    for queued in first:
+        scheduler.enqueue(queued)
+    again = item(7, start=True, end=True)
+    scheduler.enqueue(again)  # the slot is taken: the new sequence waits in the backlog
+    assert [len(s.pending) for s in scheduler.table.backlog] == [1]
+    order = []
+    for _ in range(4):
+        batch = scheduler.next_batch(0)
+        assert batch is not None
+        [run] = [i for i in batch.items if i is not None]
+        order.append(run)
+        scheduler.finish(batch, [{"OUTPUT": np.zeros((1, 1), np.float32)}])
+    assert order == [*first, again]
+
+
+async def test_a_start_on_a_sequence_that_did_not_end_goes_on_in_its_slot() -> None:
+    scheduler = batcher()
+    scheduler.enqueue(item(7, start=True))
+    scheduler.enqueue(item(7, start=True))  # a conflict: the earlier one ends early
+    assert not scheduler.table.backlog
+    assert [len(slot.sequence.pending) for slot in scheduler.table.slots if slot.sequence] == [2]
+
+
+async def test_without_start_an_unknown_or_ended_id_is_refused() -> None:
+    scheduler = batcher()
+    with pytest.raises(ServerError, match="must specify the START flag"):
+        scheduler.enqueue(item(3))
+    scheduler.enqueue(item(3, start=True, end=True))
+    with pytest.raises(ServerError, match="must specify the START flag"):
+        scheduler.enqueue(item(3))
+
+
+async def test_a_batch_of_several_rows_is_refused_in_the_reference_words() -> None:
+    with pytest.raises(
+        ServerError,
+        match="inference request to model 'seq' must specify batch-size 1 due to requirements "
+        "of sequence batcher",
+    ):
+        batcher().enqueue(item(5, start=True, rows=2))
