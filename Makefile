@@ -25,7 +25,18 @@ $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
 
-install-test: $(VENV)/.installed-test
+# The Node client of tests/interop (@grpc/grpc-js), pinned by its package-lock.json; skipped
+# where node or npm is missing (those tests then skip).
+GRPC_JS := tests/interop/grpc_js
+ifneq ($(and $(shell command -v node),$(shell command -v npm)),)
+GRPC_JS_STAMP := $(GRPC_JS)/node_modules/.installed
+endif
+
+$(GRPC_JS)/node_modules/.installed: $(GRPC_JS)/package.json $(GRPC_JS)/package-lock.json
+	npm ci --prefix $(GRPC_JS) --no-audit --no-fund --ignore-scripts
+	touch $@
+
+install-test: $(VENV)/.installed-test $(GRPC_JS_STAMP)
 
 $(REPO)/.built: install
 	$(BIN)/python -m ptserve.examples $(REPO)
@@ -51,4 +62,4 @@ bench: install-test examples
 	$(BIN)/python -m benchmarks.serving --repository $(REPO)
 
 clean:
-	rm -rf $(VENV) $(REPO) build *.egg-info
+	rm -rf $(VENV) $(REPO) build *.egg-info $(GRPC_JS)/node_modules
