@@ -33,7 +33,14 @@ def test_bounds_and_unknown_regions(registry: SharedMemoryRegistry) -> None:
     with pytest.raises(ServerError) as error:
         registry.read("input 'x'", Placement("r", 8, 4))
     assert _status(error) is Status.INVALID_ARGUMENT
-    assert "outside shared memory region 'r' of 8 bytes" in error.value.message
+    assert error.value.message.startswith(
+        "Invalid offset + byte size for shared memory region: 'r'"
+    )
+    assert "offset 4 + byte_size 8 is outside the region's 8 bytes" in error.value.message
+    with pytest.raises(ServerError, match="^Invalid offset for shared memory region: 'r'"):
+        registry.read("input 'x'", Placement("r", 1, 2**64 - 32))
+    with pytest.raises(ServerError, match="^Integer overflow detected: byte_size "):
+        registry.read("input 'x'", Placement("r", 2**64 - 4, 4))
     with pytest.raises(ServerError) as error:
         registry.write("output 'y'", Placement("r", 2), b"abc")
     assert "needs 3 bytes" in error.value.message
@@ -42,10 +49,14 @@ def test_bounds_and_unknown_regions(registry: SharedMemoryRegistry) -> None:
     assert _status(error) is Status.NOT_FOUND
     with pytest.raises(ServerError) as error:
         registry.register("big", "data", 30, 8)
+    assert error.value.message.startswith(
+        "failed to register shared memory region 'big': invalid args"
+    )
     assert "exceeds the 32 bytes" in error.value.message
     with pytest.raises(ServerError) as error:
         registry.register("r", "data", 0, 8)
     assert _status(error) is Status.ALREADY_EXISTS
+    assert "shared memory region 'r' already in manager" in error.value.message
     with pytest.raises(ServerError) as error:
         registry.register("bad", "../etc/passwd", 0, 8)
     assert "invalid shared memory key" in error.value.message
@@ -59,6 +70,7 @@ def test_disabled_registry_refuses(tmp_path: Path) -> None:
     with pytest.raises(ServerError) as error:
         registry.register("r", "data", 0, 8)
     assert _status(error) is Status.UNAVAILABLE
+    assert error.value.message.startswith("Client shared memory is disabled")
     assert "--allow-client-shm" in error.value.message
 
 

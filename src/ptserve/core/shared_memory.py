@@ -29,9 +29,10 @@ CUDA_SHM_UNSUPPORTED = (
     "CUDA shared memory is not supported: this server runs on CPU only (no CUDA device)"
 )
 
+_LARGEST_SIZE = 2**64 - 1  # offsets and sizes are unsigned 64-bit on the wire
 DISABLED_MESSAGE = (
-    "system shared memory is disabled on this server; start it with --allow-client-shm=true "
-    "to use it"
+    "Client shared memory is disabled (system shared memory is off on this server; start it "
+    "with --allow-client-shm=true to use it)"
 )
 
 
@@ -116,7 +117,7 @@ class SharedMemoryRegistry:
             if name in self._regions:
                 raise ServerError(
                     Status.ALREADY_EXISTS,
-                    f"shared memory region '{name}' is already registered; unregister it first",
+                    f"shared memory region '{name}' already in manager (unregister it first)",
                 )
             try:
                 fd = os.open(path, os.O_RDWR)
@@ -128,8 +129,9 @@ class SharedMemoryRegistry:
                 size = os.fstat(fd).st_size
                 if offset + byte_size > size:
                     raise invalid_arg(
-                        f"shared memory region '{name}': offset {offset} + byte_size "
-                        f"{byte_size} exceeds the {size} bytes of key '{key}'"
+                        f"failed to register shared memory region '{name}': invalid args "
+                        f"(offset {offset} + byte_size {byte_size} exceeds the {size} bytes "
+                        f"of key '{key}')"
                     )
                 mapping = mmap.mmap(fd, size) if size else mmap.mmap(-1, 1)
             finally:
@@ -183,10 +185,22 @@ class SharedMemoryRegistry:
                 f"{where}: unable to find system shared memory region: '{place.region}'"
             )
         registered = region.status
-        if place.offset + place.byte_size > registered.byte_size:
+        offset, size = place.offset, place.byte_size
+        if offset >= registered.byte_size and (offset or size):
             raise invalid_arg(
-                f"{where}: offset {place.offset} + byte_size {place.byte_size} is outside "
-                f"shared memory region '{place.region}' of {registered.byte_size} bytes"
+                f"Invalid offset for shared memory region: '{place.region}' ({where}: offset "
+                f"{offset} is outside the region's {registered.byte_size} bytes)"
+            )
+        if offset + size > _LARGEST_SIZE:
+            raise invalid_arg(
+                f"Integer overflow detected: byte_size {size} + offset {offset} does not fit "
+                f"in 64 bits ({where}, shared memory region '{place.region}')"
+            )
+        if offset + size > registered.byte_size:
+            raise invalid_arg(
+                f"Invalid offset + byte size for shared memory region: '{place.region}' "
+                f"({where}: offset {offset} + byte_size {size} is outside the region's "
+                f"{registered.byte_size} bytes)"
             )
         return region, registered.offset + place.offset
 
