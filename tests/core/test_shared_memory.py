@@ -37,9 +37,9 @@ def test_bounds_and_unknown_regions(registry: SharedMemoryRegistry) -> None:
         "Invalid offset + byte size for shared memory region: 'r'"
     )
     assert "offset 4 + byte_size 8 is outside the region's 8 bytes" in error.value.message
-    with pytest.raises(ServerError, match="^Invalid offset for shared memory region: 'r'"):
+    with pytest.raises(ServerError, match=r"^Invalid offset for shared memory region: 'r'"):
         registry.read("input 'x'", Placement("r", 1, 2**64 - 32))
-    with pytest.raises(ServerError, match="^Integer overflow detected: byte_size "):
+    with pytest.raises(ServerError, match=r"^Integer overflow detected: byte_size "):
         registry.read("input 'x'", Placement("r", 2**64 - 4, 4))
     with pytest.raises(ServerError) as error:
         registry.write("output 'y'", Placement("r", 2), b"abc")

@@ -13,7 +13,7 @@ from ptserve import __version__, logging_setup
 from ptserve.backends.base import Backend
 from ptserve.config import config_to_dict
 from ptserve.core.control import ModelControl
-from ptserve.core.errors import ServerError, Status, invalid_arg, not_found, unavailable
+from ptserve.core.errors import ServerError, Status, invalid_arg, unavailable
 from ptserve.core.inference import build_response, prepare
 from ptserve.core.manager import LoadOptions, ModelManager
 from ptserve.core.model import UNLOADED, ModelVersion
