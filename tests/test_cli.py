@@ -150,3 +150,23 @@ def test_several_repositories_and_duplicates(tmp_path: Path) -> None:
         assert "model 'simple' appears in several repositories" in server.log()
     finally:
         server.stop()
+
+
+def test_http_connection_flags() -> None:
+    from ptserve.cli import build_parser
+
+    parser = build_parser()
+    repository = ["--model-repository", "/nowhere"]
+    defaults = parser.parse_args(repository)
+    assert (defaults.http_idle_timeout_secs, defaults.http_max_connections) == (75.0, 1024)
+    args = parser.parse_args(
+        [*repository, "--http-idle-timeout-secs", "0", "--http-max-connections", "0"]
+    )
+    assert (args.http_idle_timeout_secs, args.http_max_connections) == (0.0, 0)
+    for flag, value in [
+        ("--http-idle-timeout-secs", "-1"),
+        ("--http-max-connections", "-1"),
+        ("--http-max-connections", "1.5"),
+    ]:
+        with pytest.raises(SystemExit):
+            parser.parse_args([*repository, flag, value])

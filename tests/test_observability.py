@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import struct
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -185,7 +186,9 @@ def test_client_gone_while_queued_counts_as_canceled(tmp_path: Path) -> None:
             time.sleep(0.2)  # the first request is executing
             with socket.create_connection((host, int(port)), timeout=60) as gone:
                 gone.sendall(wire)
-                time.sleep(0.2)  # queued behind it; then the client leaves
+                time.sleep(0.2)  # queued behind it; then the client leaves, with a reset (a
+                # plain FIN is a half-close, whose requests are still answered)
+                gone.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             assert running.recv(65536).startswith(b"HTTP/1.1 200")
         deadline = time.monotonic() + 30
         while True:

@@ -21,6 +21,8 @@ from ptserve.frontends.grpc import (
     start_grpc_server,
 )
 from ptserve.frontends.http import (
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_INPUT_SIZE,
     Restrictions,
     parse_restriction,
@@ -40,6 +42,19 @@ def _bool(value: str) -> bool:
     if lowered in ("false", "off", "0", "no"):
         return False
     raise argparse.ArgumentTypeError(f"expected true or false, got '{value}'")
+
+
+def _non_negative(kind: type[int] | type[float]) -> Any:
+    def parse(value: str) -> int | float:
+        try:
+            number = kind(value)
+        except ValueError:
+            number = -1
+        if number < 0:
+            raise argparse.ArgumentTypeError(f"expected a non-negative number, got '{value}'")
+        return number
+
+    return parse
 
 
 def _backend_config(value: str) -> tuple[str, str, str]:
@@ -260,6 +275,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="answer 408 and close when a request takes longer to arrive (0: no limit)",
     )
     http.add_argument(
+        "--http-idle-timeout-secs",
+        type=_non_negative(float),
+        default=DEFAULT_IDLE_TIMEOUT,
+        help="close a keep-alive connection idle this long between requests (default "
+        f"{DEFAULT_IDLE_TIMEOUT:g}: longer than load balancers' usual 60 s; 0: never)",
+    )
+    http.add_argument(
+        "--http-max-connections",
+        type=_non_negative(int),
+        default=DEFAULT_MAX_CONNECTIONS,
+        help="open HTTP connections accepted at once; one more is answered 503 and closed "
+        f"(default {DEFAULT_MAX_CONNECTIONS}; 0: no limit)",
+    )
+    http.add_argument(
         "--http-restricted-api",
         action="append",
         type=_restriction,
@@ -406,6 +435,8 @@ async def serve(args: argparse.Namespace) -> int:
             restrictions,
             _http_ssl(args),
             args.http_read_timeout_secs,
+            args.http_idle_timeout_secs,
+            args.http_max_connections,
         )
         listeners.append(http)
         log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)

@@ -409,19 +409,37 @@ def _memory() -> tuple[int, int]:
     return total, max(total - available, 0)
 
 
+METRICS_MAX_CONNECTIONS = 64
+
+
 async def start_metrics_server(metrics: Metrics, host: str, port: int) -> asyncio.Server:
-    """Serve ``GET /metrics`` on ``host:port`` (reusing the HTTP frontend's connection code)."""
-    from ptserve.frontends.http.protocol import HttpProtocol, HttpRequest, HttpResponse
+    """Serve ``GET /metrics`` (and HEAD) on ``host:port``, reusing the HTTP frontend's
+    connection code with its default limits and at most ``METRICS_MAX_CONNECTIONS``
+    connections (scrapers keep one each)."""
+    from ptserve.frontends.http.protocol import (
+        Connections,
+        HttpLimits,
+        HttpProtocol,
+        HttpRequest,
+        HttpResponse,
+    )
 
     async def handle(request: HttpRequest) -> HttpResponse:
         if request.path.rstrip("/") != "/metrics":
             return HttpResponse.error(404, f"not found: {request.path}")
         if request.method not in ("GET", "HEAD"):
-            return HttpResponse.error(405, f"method {request.method} is not allowed")
+            response = HttpResponse.error(405, f"method {request.method} is not allowed")
+            response.headers.append(("Allow", "GET, HEAD"))
+            return response
         text = await asyncio.to_thread(metrics.render)
         return HttpResponse(200, [text.encode()], content_type=CONTENT_TYPE)
 
+    limits = HttpLimits()
+    connections = Connections(METRICS_MAX_CONNECTIONS)
     loop = asyncio.get_running_loop()
     return await loop.create_server(
-        lambda: HttpProtocol(handle, 1 << 16), host, port, reuse_address=True
+        lambda: HttpProtocol(handle, 1 << 16, limits=limits, connections=connections),
+        host,
+        port,
+        reuse_address=True,
     )

@@ -350,7 +350,9 @@ def test_half_sent_body_times_out(example_repository: Path) -> None:
     with ServerProcess([example_repository], ["--http-read-timeout-secs", "1"]) as server:
         host, port = server.http_url.split(":")
         with socket.create_connection((host, int(port)), timeout=30) as sock:
-            sock.sendall(b"POST " + INFER.encode() + b" HTTP/1.1\r\nContent-Length: 100\r\n\r\n{")
+            sock.sendall(
+                b"POST " + INFER.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"
+            )
             started = time.monotonic()
             reply = sock.recv(65536)
             waited = time.monotonic() - started
@@ -390,7 +392,9 @@ def test_hostile_requests_do_not_disturb_concurrent_ones(http_server: ServerProc
                 statuses.append(post(http_server, body)[0])
             host, port = http_server.http_url.split(":")
             with socket.create_connection((host, int(port)), timeout=30) as sock:
-                sock.sendall(b"POST " + INFER.encode() + b" HTTP/1.1\r\nContent-Length: 5\r\n\r\n")
+                sock.sendall(
+                    b"POST " + INFER.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n"
+                )
                 # half-sent: the connection is dropped with the body missing
 
     attackers = [threading.Thread(target=attack) for _ in range(3)]

@@ -121,6 +121,9 @@ class FakeTransport(asyncio.Transport):
     def is_closing(self) -> bool:
         return self.closed
 
+    def can_write_eof(self) -> bool:
+        return False
+
     def pause_reading(self) -> None:
         pass
 

@@ -7,7 +7,14 @@ import ssl
 
 from ptserve.core.server import InferenceServer
 from ptserve.frontends.http.app import HttpApp
-from ptserve.frontends.http.protocol import DEFAULT_READ_TIMEOUT, HttpProtocol
+from ptserve.frontends.http.protocol import (
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_READ_TIMEOUT,
+    Connections,
+    HttpLimits,
+    HttpProtocol,
+)
 from ptserve.frontends.http.restrictions import Restrictions, parse_restriction
 from ptserve.frontends.tls import server_ssl_context
 
@@ -22,12 +29,19 @@ async def start_http_server(
     restrictions: Restrictions | None = None,
     ssl_context: ssl.SSLContext | None = None,
     read_timeout: float = DEFAULT_READ_TIMEOUT,
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
 ) -> asyncio.Server:
-    """Listen on ``host:port``; the returned server is closed to stop accepting connections."""
+    """Listen on ``host:port``; the returned server is closed to stop accepting connections.
+
+    ``max_connections`` (0: no limit) counts this listener's open connections; one beyond it
+    is answered 503 and closed."""
     app = HttpApp(server, max_input_size, restrictions)
+    limits = HttpLimits(read_timeout=read_timeout, idle_timeout=idle_timeout)
+    connections = Connections(max_connections)
     loop = asyncio.get_running_loop()
     return await loop.create_server(
-        lambda: HttpProtocol(app, max_input_size, read_timeout),
+        lambda: HttpProtocol(app, max_input_size, limits=limits, connections=connections),
         host,
         port,
         reuse_address=True,
@@ -37,6 +51,8 @@ async def start_http_server(
 
 
 __all__ = [
+    "DEFAULT_IDLE_TIMEOUT",
+    "DEFAULT_MAX_CONNECTIONS",
     "DEFAULT_MAX_INPUT_SIZE",
     "HttpApp",
     "Restrictions",

@@ -15,10 +15,10 @@ import orjson
 from ptserve.core.errors import ServerError, invalid_arg, not_found, unsupported
 from ptserve.core.server import InferenceServer
 from ptserve.core.shared_memory import CUDA_SHM_UNSUPPORTED
-from ptserve.core.types import InferRequest, InferResponse
+from ptserve.core.types import InferResponse
 from ptserve.frontends.http import codec, compression
-from ptserve.frontends.http.protocol import HttpRequest, HttpResponse, Replay
-from ptserve.frontends.http.restrictions import Restrictions
+from ptserve.frontends.http.protocol import HttpRequest, HttpResponse
+from ptserve.frontends.http.restrictions import Restrictions, group_of
 
 log = logging.getLogger("ptserve.http")
 
@@ -30,8 +30,33 @@ _SHM = r"/v2/(?P<kind>system|cuda)sharedmemory(?:/region/(?P<region>[^/]+))?"
 _SHM_REGION = r"/v2/(?P<kind>system|cuda)sharedmemory/region/(?P<region>[^/]+)"
 
 
+# Routed paths remembered (most requests repeat a few paths); forgotten all at once when full.
+_ROUTE_CACHE_SIZE = 1024
+
+
 def _error(exc: ServerError) -> HttpResponse:
     return HttpResponse.error(exc.status.http_status, exc.message)
+
+
+def _not_allowed(method: str, path: str, allowed: list[str]) -> HttpResponse:
+    """A 405 naming the methods the path takes (HEAD wherever GET is)."""
+    if "GET" in allowed and "HEAD" not in allowed:
+        allowed = [*allowed, "HEAD"]
+    response = HttpResponse.error(405, f"method {method} is not allowed for {path}")
+    response.headers.append(("Allow", ", ".join(allowed)))
+    return response
+
+
+class _Routed:
+    """What routing concluded for one path: its handlers by method, path parameters (shared
+    by the requests for that path: read-only) and API group (for --http-restricted-api)."""
+
+    __slots__ = ("group", "methods", "params")
+
+    def __init__(self, methods: dict[str, Route], params: dict[str, str], group: str | None):
+        self.methods = methods
+        self.params = params
+        self.group = group
 
 
 class HttpApp:
@@ -46,6 +71,7 @@ class HttpApp:
         self.server = server
         self.max_input_size = max_input_size
         self.restrictions = restrictions or Restrictions([])
+        self._restricted = bool(self.restrictions)
         self.headers = codec.HeaderCache()  # infer headers seen before
         self.routes: list[tuple[re.Pattern[str], dict[str, Route]]] = [
             (re.compile(_SHM + r"/status"), {"GET": self.shm_status}),
@@ -69,29 +95,46 @@ class HttpApp:
         ]
         self._infer_first = [r for r in self.routes if r[1].get("POST") == self.infer]
         self._infer_first += [r for r in self.routes if r not in self._infer_first]
+        self._routed: dict[str, _Routed] = {}
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:
-        path = request.path.rstrip("/") or "/"
-        denial = self.restrictions.denial(path, request.headers)
-        if denial is not None:
-            return HttpResponse.error(403, denial)
+        routed = self._routed.get(request.path)
+        if routed is None:
+            path = request.path.rstrip("/") or "/"
+            if self._restricted:
+                denial = self.restrictions.denial(path, request.headers)
+                if denial is not None:
+                    return HttpResponse.error(403, denial)
+            found = self._route(path)
+            if found is None:
+                return HttpResponse.error(404, f"not found: {request.path}")
+            routed = found
+            if len(self._routed) >= _ROUTE_CACHE_SIZE:
+                self._routed.clear()
+            self._routed[request.path] = routed
+        elif self._restricted and routed.group is not None:
+            denial = self.restrictions.check(routed.group, request.headers)
+            if denial is not None:
+                return HttpResponse.error(403, denial)
+        handler = routed.methods.get(request.method)
+        if handler is None:
+            if request.method != "HEAD" or "GET" not in routed.methods:
+                return _not_allowed(request.method, request.path, list(routed.methods))
+            handler = routed.methods["GET"]  # (the protocol sends no body for HEAD)
+        try:
+            return await handler(request, routed.params)
+        except ServerError as exc:
+            return _error(exc)
+
+    def _route(self, path: str) -> _Routed | None:
         # Inference first: it is nearly all of the traffic.
         routes = self.routes if not path.endswith("/infer") else self._infer_first
         for pattern, methods in routes:
             match = pattern.fullmatch(path)
-            if match is None:
-                continue
-            handler = methods.get(request.method)
-            if handler is None:
-                return HttpResponse.error(
-                    405, f"method {request.method} is not allowed for {request.path}"
-                )
-            params = {k: _unquote(v) for k, v in match.groupdict().items() if v is not None}
-            try:
-                return await handler(request, params)
-            except ServerError as exc:
-                return _error(exc)
-        return HttpResponse.error(404, f"not found: {request.path}")
+            if match is not None:
+                params = {k: _unquote(v) for k, v in match.groupdict().items() if v is not None}
+                return _Routed(methods, params, group_of(path))
+        return None
 
     # --- health and metadata ---------------------------------------------------------------
 
@@ -126,55 +169,40 @@ class HttpApp:
     # --- inference -------------------------------------------------------------------------
 
     async def infer(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
-        content_encoding = request.headers.get("content-encoding", "")
-        body = compression.decompress(request.body, content_encoding, self.max_input_size)
-        header_length = _header_length(request.headers.get(codec.HEADER_LENGTH))
-        shared_memory = self.server.shared_memory
+        headers = request.headers
+        content_encoding = headers.get("content-encoding")
+        body: bytes | bytearray = request.body
+        if content_encoding:
+            body = compression.decompress(request.body, content_encoding, self.max_input_size)
+        header_length = _header_length(headers.get(codec.HEADER_LENGTH))
         infer_request = codec.decode_request(
             params["model"],
             params.get("version", ""),
             body,
             header_length,
-            shared_memory,
+            self.server.shared_memory,
             self.headers,
         )
         binary_default = _binary_default(infer_request.parameters)
         response = await self.server.infer(infer_request)
-        encoding = compression.choose_encoding(request.headers.get("accept-encoding", ""))
+        accept = headers.get("accept-encoding")
+        encoding = compression.choose_encoding(accept) if accept else ""
         result = self._answer(response, binary_default)
         if encoding:
             result.body = [compression.compress(result.body, encoding)]
             result.headers.append(("Content-Encoding", encoding))
-        elif not content_encoding and request.raw is not None:  # (else it cannot repeat)
-            result.replay = self._replay(infer_request, binary_default)
         return result
 
     def _answer(self, response: InferResponse, binary_default: bool) -> HttpResponse:
         encoded = codec.encode_response(response, binary_default, self.server.shared_memory)
-        result = HttpResponse(200, [encoded.header, *encoded.binary])
-        if encoded.binary:
-            result.content_type = "application/octet-stream"
-            result.headers.append(("Inference-Header-Content-Length", str(len(encoded.header))))
-        return result
-
-    def _replay(self, request: InferRequest, binary_default: bool) -> Replay | None:
-        """How to answer this request's repetitions: from its decoded header (when that was
-        kept, see codec.HeaderCache) and new tensor data."""
-        key = request.signature
-        template = self.headers.get(key) if isinstance(key, tuple) else None
-        if template is None:
-            return None
-        model, version = request.model_name, request.model_version
-
-        async def answer(binary: memoryview) -> HttpResponse:
-            try:  # (the new data may not fit its header: BYTES elements carry their lengths)
-                repeated = template.request(model, version, binary, key)
-                response = await self.server.infer(repeated)
-            except ServerError as exc:
-                return _error(exc)
-            return self._answer(response, binary_default)
-
-        return Replay(template.binary_size, answer)
+        if not encoded.binary:
+            return HttpResponse(200, [encoded.header])
+        return HttpResponse(
+            200,
+            [encoded.header, *encoded.binary],
+            "application/octet-stream",
+            [("Inference-Header-Content-Length", str(len(encoded.header)))],
+        )
 
     # --- shared memory -----------------------------------------------------------------------
 

@@ -1,183 +1,20 @@
-"""Repeated requests (protocol.Replay): a request that repeats the connection's last one but for
-its tensor data is answered from that data alone, and anything else takes the full path.
-
-The first tests drive HttpProtocol directly, so that they see which path answered; the last ones
-go through the real server, where a wrong replay would answer with another request's data.
-"""
+"""Repeated requests on one connection: each gets its own answer, whatever came before it on
+that connection (other data, other outcomes, a reloaded model)."""
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 import json
 import socket
 from pathlib import Path
-from typing import Any, cast
 
 import numpy as np
-import pytest
 import torch
 
 from ptserve.examples import SIMPLE_CONFIG, AddSub, write_model
-from ptserve.frontends.http.protocol import HttpProtocol, HttpRequest, HttpResponse, Replay
 from tests.frontends.http.rawhttp import error_of, request
 from tests.models import simple_config
 from tests.serverproc import ServerProcess
-
-BINARY = 16
-
-
-def wire(data: bytes, header: bytes = b'{"inputs":[]}', keep_alive: bool = True) -> bytes:
-    body = header + data
-    head = b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n" % len(body)
-    if not keep_alive:
-        head += b"Connection: close\r\n"
-    return head + b"\r\n" + body
-
-
-class Transport(asyncio.Transport):
-    def __init__(self) -> None:
-        super().__init__()
-        self.written: list[bytes] = []
-
-    def write(self, data: Any) -> None:
-        self.written.append(bytes(data))
-
-    def writelines(self, parts: Any) -> None:
-        self.write(b"".join(bytes(p) for p in parts))
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return default
-
-    def close(self) -> None:
-        pass
-
-
-class Handler:
-    """Answers with the request's body; offers a replay that answers with the new data."""
-
-    def __init__(self, wait: asyncio.Future[None] | None = None) -> None:
-        self.parsed: list[bytes] = []
-        self.replayed: list[bytes] = []
-        self.wait = wait
-
-    async def __call__(self, request: HttpRequest) -> HttpResponse:
-        self.parsed.append(bytes(request.body))
-        response = HttpResponse(200, [b"parsed:" + bytes(request.body)])
-        response.replay = Replay(BINARY, self.replay)
-        return response
-
-    async def replay(self, data: memoryview) -> HttpResponse:
-        self.replayed.append(bytes(data))
-        if self.wait is not None:
-            await self.wait
-        return HttpResponse(200, [b"replayed:" + bytes(data)])
-
-
-def connect(handler: Handler) -> tuple[HttpProtocol, Transport]:
-    protocol = HttpProtocol(cast(Any, handler), 1 << 20)
-    transport = Transport()
-    protocol.connection_made(transport)
-    return protocol, transport
-
-
-async def settle() -> None:
-    for _ in range(5):
-        await asyncio.sleep(0)
-
-
-def data(index: int) -> bytes:
-    return bytes([index]) * BINARY
-
-
-async def test_a_repetition_is_answered_from_its_new_data_without_parsing() -> None:
-    handler = Handler()
-    protocol, transport = connect(handler)
-    for index in range(4):
-        protocol.data_received(wire(data(index)))
-        await settle()
-    assert handler.parsed == [b'{"inputs":[]}' + data(0)]
-    assert handler.replayed == [data(1), data(2), data(3)]
-    assert [w.endswith(b"replayed:" + data(i)) for i, w in enumerate(transport.written)] == [
-        False,
-        True,
-        True,
-        True,
-    ]
-
-
-@pytest.mark.parametrize(
-    "second",
-    [
-        wire(data(1), header=b'{"inputs":[1]}'),  # another header
-        wire(bytes(BINARY + 1)),  # another size
-        wire(data(1))[:-1],  # not whole (the rest follows below)
-    ],
-    ids=["other-header", "other-size", "partial"],
-)
-async def test_anything_but_a_whole_repetition_is_parsed(second: bytes) -> None:
-    handler = Handler()
-    protocol, _ = connect(handler)
-    protocol.data_received(wire(data(0)))
-    await settle()
-    protocol.data_received(second)
-    if second == wire(data(1))[:-1]:
-        protocol.data_received(wire(data(1))[-1:])
-    await settle()
-    assert handler.replayed == []
-    assert len(handler.parsed) == 2
-
-
-async def test_requests_arriving_together_are_parsed_and_answered_in_order() -> None:
-    handler = Handler()
-    protocol, transport = connect(handler)
-    protocol.data_received(wire(data(0)))
-    await settle()
-    protocol.data_received(wire(data(1)) + wire(data(2)))
-    await settle()
-    assert handler.replayed == []
-    assert [w[-BINARY:] for w in transport.written] == [data(0), data(1), data(2)]
-
-
-async def replay_waiting() -> tuple[Handler, HttpProtocol, Transport]:
-    """A connection whose second request is being replayed and waits for ``handler.wait``."""
-    handler = Handler(wait=asyncio.get_running_loop().create_future())
-    protocol, transport = connect(handler)
-    protocol.data_received(wire(data(0)))
-    await settle()
-    protocol.data_received(wire(data(1)))
-    await settle()
-    return handler, protocol, transport
-
-
-async def test_a_request_arriving_during_a_replay_is_answered_after_it() -> None:
-    handler, protocol, transport = await replay_waiting()
-    protocol.data_received(wire(data(2)))  # not a replay: the connection is busy
-    await settle()
-    assert len(transport.written) == 1
-    assert handler.wait is not None
-    handler.wait.set_result(None)
-    await settle()
-    assert [w[-BINARY:] for w in transport.written] == [data(0), data(1), data(2)]
-    assert handler.replayed == [data(1)]
-
-
-async def test_a_closing_request_sets_up_no_replay() -> None:
-    handler = Handler()
-    protocol, _ = connect(handler)
-    protocol.data_received(wire(data(0), keep_alive=False))
-    await settle()
-    assert protocol._replay is None
-
-
-async def test_a_lost_connection_cancels_a_replay_in_flight() -> None:
-    handler, protocol, transport = await replay_waiting()
-    protocol.connection_lost(None)
-    assert handler.wait is not None and handler.wait.cancelled()
-    assert len(transport.written) == 1
-
-
-# --- through the real server ------------------------------------------------------------------
 
 
 def infer_wire(model: str, *inputs: np.ndarray, extra_headers: bytes = b"") -> bytes:
@@ -278,7 +115,7 @@ def test_repeated_requests_that_fail_or_succeed_each_get_their_answer(
 
 def test_repeated_string_data_that_does_not_fit_is_refused(http_server: ServerProcess) -> None:
     """BYTES elements carry their own lengths: a repetition of the right size whose lengths
-    overrun its data is a client error, answered as the full path would answer it."""
+    overrun its data is a client error (400), and the next good one is answered again."""
 
     def strings(first_length: int) -> bytes:
         body = json.dumps(
@@ -316,9 +153,8 @@ def test_repeated_string_data_that_does_not_fit_is_refused(http_server: ServerPr
 
 
 def test_a_repeated_request_is_checked_against_the_model_loaded_since(tmp_path: Path) -> None:
-    """The replay answers from the kept header, but the core checks it against the version it
-    runs on: after a reload with narrower inputs, the same bytes on the same connection are
-    refused, as a fresh request would be."""
+    """After a reload with narrower inputs, the same bytes on the same connection are refused,
+    as on a fresh connection (nothing about the first model version is kept for it)."""
     repository = tmp_path / "repo"
     write_model(repository, "simple", SIMPLE_CONFIG, {1: torch.jit.script(AddSub())})
     args = ["--model-control-mode", "explicit", "--load-model", "simple"]
