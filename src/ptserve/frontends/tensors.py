@@ -38,9 +38,14 @@ def check_shape(name: str, shape: Any) -> tuple[int, ...]:
 
 
 def from_raw(
-    name: str, raw: bytes | bytearray | memoryview, dt: DataType, shape: tuple[int, ...]
+    name: str,
+    raw: bytes | bytearray | memoryview,
+    dt: DataType,
+    shape: tuple[int, ...],
+    model: str = "",
 ) -> np.ndarray:
-    """A tensor from its little-endian, row-major bytes (length-prefixed elements for BYTES)."""
+    """A tensor from its little-endian, row-major bytes (length-prefixed elements for BYTES).
+    ``model`` names the model in the size error, as the reference's does."""
     count = datatypes.element_count(shape)
     if dt.is_bytes:
         if count * 4 > len(raw):  # before allocating: every element has a 4-byte length prefix
@@ -51,9 +56,11 @@ def from_raw(
         return datatypes.deserialize_bytes(raw, count, f"input '{name}'").reshape(shape)
     expected = count * dt.itemsize
     if len(raw) != expected:
+        for_model = f" for model '{model}'" if model else ""
         raise invalid_arg(
-            f"input '{name}': expected {expected} bytes for shape {list(shape)} of {dt.name} "
-            f"({count} elements of {dt.itemsize} bytes), got {len(raw)}"
+            f"input byte size mismatch for input '{name}'{for_model}. Expected {expected}, got "
+            f"{len(raw)} (shape {list(shape)} of {dt.name}: {count} elements of {dt.itemsize} "
+            "bytes)"
         )
     return np.frombuffer(raw, dtype=dt.numpy.newbyteorder("<")).reshape(shape)
 

@@ -67,7 +67,7 @@ def test_data_that_does_not_fit_a_known_form_is_refused(registry: SharedMemoryRe
     convert.decode_request(_message([1, 2, 3]), registry, forms)
     short = _message([1, 2, 3])
     short.raw_input_contents[0] = b"\x00" * 8
-    with pytest.raises(ServerError, match="input 'INPUT0': expected 12 bytes"):
+    with pytest.raises(ServerError, match="input byte size mismatch for input 'INPUT0'"):
         convert.decode_request(short, registry, forms)
 
 

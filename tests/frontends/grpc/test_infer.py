@@ -205,7 +205,7 @@ def test_typed_contents_errors(stub: object) -> None:
     short_raw.raw_input_contents.extend([b"\0" * 60, b"\0" * 64])
     code, message = status(short_raw)
     assert code == grpc.StatusCode.INVALID_ARGUMENT
-    assert "expected 64 bytes" in message
+    assert "input byte size mismatch for input" in message and "Expected 64, got" in message
 
 
 async def test_aio_concurrent_mlp(example_server: ServerProcess) -> None:

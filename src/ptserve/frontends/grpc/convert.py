@@ -116,7 +116,7 @@ def decode_request(
                 model_version=message.model_version,
                 id=message.id,
                 inputs=[
-                    Tensor(name, dt, tensors.from_raw(name, data, dt, shape))
+                    Tensor(name, dt, tensors.from_raw(name, data, dt, shape, message.model_name))
                     for (name, dt, shape), data in zip(known, raw, strict=True)
                 ],
                 outputs=[RequestedOutput(o.name, 0, {}) for o in outputs] if outputs else None,
@@ -138,6 +138,7 @@ def _decode(message: Any, registry: SharedMemoryRegistry) -> InferRequest:
             "input either raw or typed"
         )
     next_raw = 0
+    model = message.model_name
     inputs: list[Tensor] = []
     for position, entry in enumerate(message.inputs):
         name = entry.name
@@ -151,7 +152,7 @@ def _decode(message: Any, registry: SharedMemoryRegistry) -> InferRequest:
         if place is not None:
             if entry.HasField("contents"):
                 raise invalid_arg(f"{where} has both contents and a shared memory region")
-            data = tensors.from_raw(name, registry.read(where, place), dt, shape)
+            data = tensors.from_raw(name, registry.read(where, place), dt, shape, model)
         elif entry.HasField("contents"):
             data = from_contents(name, entry.contents, dt, shape)
         else:
@@ -160,7 +161,7 @@ def _decode(message: Any, registry: SharedMemoryRegistry) -> InferRequest:
                     f"{where} has no data: expected raw_input_contents[{next_raw}], but the "
                     f"request carries {len(raw)} raw input(s)"
                 )
-            data = tensors.from_raw(name, raw[next_raw], dt, shape)
+            data = tensors.from_raw(name, raw[next_raw], dt, shape, model)
             next_raw += 1
         inputs.append(Tensor(name, dt, data))
     if next_raw != len(raw):

@@ -34,7 +34,7 @@ class _Template:
         inputs: list[Tensor] = []
         offset = 0
         for name, dt, shape, size in self.inputs:
-            data = tensors.from_raw(name, binary[offset : offset + size], dt, shape)
+            data = tensors.from_raw(name, binary[offset : offset + size], dt, shape, model)
             inputs.append(Tensor(name, dt, data))
             offset += size
         return InferRequest(
@@ -149,7 +149,7 @@ def _decode(
     offset = 0
     inputs: list[Tensor] = []
     for position, raw in enumerate(raw_inputs):
-        tensor, used = _decode_input(position, raw, binary, offset, shared_memory)
+        tensor, used = _decode_input(model, position, raw, binary, offset, shared_memory)
         offset += used
         inputs.append(tensor)
     if offset != len(binary):
@@ -186,6 +186,7 @@ def _parameters(value: Any, where: str) -> dict[str, Any]:
 
 
 def _decode_input(
+    model: str,
     position: int,
     raw: Any,
     binary: memoryview,
@@ -212,7 +213,9 @@ def _decode_input(
             )
         if shared_memory is None:
             raise invalid_arg(f"input '{name}': shared memory is not available here")
-        data = tensors.from_raw(name, shared_memory.read(f"input '{name}'", place), dt, shape)
+        data = tensors.from_raw(
+            name, shared_memory.read(f"input '{name}'", place), dt, shape, model
+        )
         return Tensor(name, dt, data), 0
     size = params.get("binary_data_size")
     if size is not None:
@@ -227,7 +230,7 @@ def _decode_input(
                 f"input '{name}': binary_data_size {size} overruns the body: only "
                 f"{len(binary) - offset} bytes of binary data remain"
             )
-        data = tensors.from_raw(name, binary[offset : offset + size], dt, shape)
+        data = tensors.from_raw(name, binary[offset : offset + size], dt, shape, model)
         return Tensor(name, dt, data), size
     if "data" not in raw:
         raise invalid_arg(f"input '{name}' has neither 'data' nor parameters.binary_data_size")
