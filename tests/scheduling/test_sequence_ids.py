@@ -80,3 +80,24 @@ async def test_a_batch_of_several_rows_is_refused_in_the_reference_words() -> No
         "of sequence batcher",
     ):
         batcher().enqueue(item(5, start=True, rows=2))
+
+
+async def test_an_empty_slot_below_a_ready_one_is_a_filler_row_that_counts_in_the_size() -> None:
+    config = parse_config(CONFIG.replace("max_batch_size: 1", "max_batch_size: 2"), "seq")
+    scheduler = SequenceBatcher(ModelStats(), model_io(config), config, instances=1)
+    scheduler.enqueue(item(1, start=True, end=True))  # row 0, one request
+    scheduler.enqueue(item(2, start=True))  # row 1, two
+    scheduler.enqueue(item(2, end=True))
+    first = scheduler.next_batch(0)
+    assert first is not None and (first.size, first.rows) == (2, 2)
+    scheduler.finish(first, [{"OUTPUT": np.zeros((1, 1), np.float32)}] * 2)
+    second = scheduler.next_batch(0)
+    assert second is not None and second.items[0] is None  # row 0 keeps row 1 in its place
+    assert (second.size, second.rows) == (2, 1)
+
+
+def test_filler_rows_count_in_the_batch_size_but_not_as_inferences() -> None:
+    stats = ModelStats()
+    stats.record_execution(2, 0, 0, 0, inferences=1)
+    assert (stats.execution_count, stats.inference_count) == (1, 1)
+    assert list(stats.batches) == [2]

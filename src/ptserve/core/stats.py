@@ -68,11 +68,14 @@ class ModelStats:
         compute_input_ns: int,
         compute_infer_ns: int,
         compute_output_ns: int,
+        inferences: int | None = None,
     ) -> None:
-        """One batch run: the rows it held and how long its phases took."""
+        """One batch run: the rows it held and how long its phases took. ``inferences``: its
+        rows of real requests, when filler rows (a sequence batch's empty slots) count in its
+        size but are no inferences, as the reference counts them."""
         with self._lock:
             self.execution_count += 1
-            self.inference_count += batch_size
+            self.inference_count += batch_size if inferences is None else inferences
             self.last_inference_ms = time.time_ns() // 1_000_000
             stats = self.batches.get(batch_size)
             if stats is None:

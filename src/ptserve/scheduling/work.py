@@ -127,6 +127,11 @@ class Batch:
         return cls(list(items), [item.request for item in items])
 
     @property
+    def size(self) -> int:
+        """Every row the model runs, filler rows included (the batch size statistics count)."""
+        return sum(request.batch_size for request in self.requests)
+
+    @property
     def rows(self) -> int:
         """Rows of real requests (filler rows are not inferences)."""
         return sum(item.request.batch_size for item in self.items if item is not None)

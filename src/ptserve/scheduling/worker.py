@@ -108,7 +108,11 @@ class InstanceWorker:
                 return
         if times is not None:
             self.stats.record_execution(
-                batch.rows, times.compute_input_ns, times.compute_infer_ns, times.compute_output_ns
+                batch.size,
+                times.compute_input_ns,
+                times.compute_infer_ns,
+                times.compute_output_ns,
+                batch.rows,
             )
         answered: list[tuple[int, int]] = []  # total and queue time of each success
         for item, result in zip(batch.items, results, strict=True):
