@@ -200,7 +200,10 @@ def test_sequence_model_warms_up_with_zero_controls(tmp_path: Path) -> None:
     """
     config = _probe_config("warm", 4, "direct { }") + warmup
     write_model(tmp_path, "warm", config, {1: models.script(models.SequenceProbe())})
-    with ServerProcess([tmp_path]) as server:
-        assert "warm-up 'zeros' ran 3 time(s)" in server.log()
+    with ServerProcess([tmp_path], ["--log-verbose=1"]) as server:
+        log = server.log()
+        assert "warm-up 'zeros' ran 3 time(s)" in log
+        for iteration in (1, 2, 3):  # the reference's verbose lines
+            assert f"is running warmup sample 'zeros' for iteration {iteration}" in log
         client = httpclient.InferenceServerClient(server.http_url)
         assert client.is_model_ready("warm")

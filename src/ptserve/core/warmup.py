@@ -129,7 +129,14 @@ def run_warmup(
 ) -> None:
     """Run every sample ``count`` times on one instance; the first failure fails the load."""
     for sample, count, prepared in requests:
-        for _ in range(count):
+        for iteration in range(1, count + 1):
+            log.debug(  # the reference's verbose line, which its tests look for
+                "model '%s' instance %s is running warmup sample '%s' for iteration %d",
+                model,
+                instance_name,
+                sample,
+                iteration,
+            )
             result = instance.execute([prepared]).results[0]
             if isinstance(result, ServerError):
                 raise invalid_arg(
