@@ -1,6 +1,6 @@
 """One gRPC call on the native transport: the context a servicer method sees, the message
-framing, and running the method (at once, so a call whose answer is ready is answered in the
-same pass over the connection's input, and without a Task)."""
+framing and compression, the request stream a streaming method reads, and the coroutines that
+run a method (each in its own Task, started by the connection)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import asyncio
 import logging
 import struct
 import zlib
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any, NoReturn, Protocol
 
@@ -38,9 +37,9 @@ class Aborted(grpc.aio.AbortError):  # type: ignore[misc]
 class CallSink(Protocol):
     """What a call needs from its connection."""
 
-    def send_message(self, stream_id: int, message: bytes) -> None: ...
+    def send_message(self, stream: Any, message: bytes) -> None: ...
 
-    def finish(self, stream_id: int, code: grpc.StatusCode, message: str) -> None: ...
+    def finish(self, stream: Any, code: grpc.StatusCode, message: str) -> None: ...
 
 
 class Context:
@@ -124,83 +123,170 @@ def too_large(size: int, limit: int) -> str:
 
 class Requests:
     """The request messages of a streaming call, as the async iterator its method reads.
-    ``queued`` counts the bytes received and not yet taken, so the connection can hold back
-    the stream's flow-control window while the method falls behind."""
 
-    __slots__ = ("_deserialize", "_ended", "_items", "_on_taken", "_waiter", "queued")
+    What arrived is kept as it came (framed, maybe compressed) in one buffer: ``waiting`` counts
+    its whole messages' bytes, so the connection can hold back the stream's window while the
+    method falls behind, and a message is unpacked (decompressed) only when the method takes
+    it. The method may hold
+    at most ``max_unanswered`` messages it has not answered yet: the iterator waits for
+    answers beyond that."""
+
+    __slots__ = (
+        "_buffer",
+        "_deserialize",
+        "_encoding",
+        "_ended",
+        "_limit",
+        "_max_unanswered",
+        "_on_failed",
+        "_on_taken",
+        "_ready",
+        "_scanned",
+        "_unanswered",
+        "_waiter",
+    )
 
     def __init__(
-        self, deserialize: Callable[[bytes], Any], on_taken: Callable[[], None] = lambda: None
+        self,
+        deserialize: Callable[[bytes], Any],
+        encoding: str,
+        limit: int,
+        max_unanswered: int,
+        on_taken: Callable[[int], None] = lambda size: None,
+        on_failed: Callable[[CallFailed], None] = lambda failed: None,
     ) -> None:
         self._deserialize = deserialize
+        self._encoding = encoding
+        self._limit = limit
+        self._max_unanswered = max_unanswered
         self._on_taken = on_taken
-        self._items: deque[bytes] = deque()
+        self._on_failed = on_failed
+        self._buffer = bytearray()
+        self._scanned = 0  # where the first message not yet known to be whole begins
+        self._ready = 0  # whole messages in the buffer
+        self._unanswered = 0
         self._ended = False
         self._waiter: asyncio.Future[None] | None = None
-        self.queued = 0
 
-    def put(self, message: bytes) -> None:
-        self._items.append(message)
-        self.queued += len(message)
-        self._wake()
+    @property
+    def queued(self) -> int:
+        """Bytes received and not taken."""
+        return len(self._buffer)
+
+    @property
+    def waiting(self) -> int:
+        """Bytes of whole messages not taken (a message still arriving is not counted: it must
+        arrive whole before the method can take it)."""
+        return self._scanned
+
+    @property
+    def partial(self) -> bool:
+        """Part of a message came, not all of it."""
+        return self._scanned < len(self._buffer)
+
+    def put(self, data: bytes) -> None:
+        """Raises CallFailed (RESOURCE_EXHAUSTED) for a message above the limit."""
+        buffer = self._buffer
+        buffer += data
+        position, size, ready = self._scanned, len(buffer), self._ready
+        while size - position >= 5:
+            _, length = MESSAGE_PREFIX.unpack_from(buffer, position)
+            if length > self._limit:
+                raise CallFailed(grpc.StatusCode.RESOURCE_EXHAUSTED, too_large(length, self._limit))
+            if position + 5 + length > size:
+                break
+            position += 5 + length
+            ready += 1
+        self._scanned = position
+        if ready != self._ready:
+            self._ready = ready
+            self._wake()
 
     def end(self) -> None:
         self._ended = True
         self._wake()
 
+    def answered(self) -> None:
+        """The method sent a response."""
+        if self._unanswered:
+            self._unanswered -= 1
+            self._wake()
+
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
+
+    def _take(self) -> bytes:
+        buffer = self._buffer
+        flag, length = MESSAGE_PREFIX.unpack_from(buffer, 0)
+        data = bytes(memoryview(buffer)[5 : 5 + length])
+        del buffer[: 5 + length]
+        self._scanned -= 5 + length
+        self._ready -= 1
+        self._unanswered += 1
+        self._on_taken(5 + length)
+        return unpack_message(flag, data, self._encoding, self._limit)
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self._iterate()
 
     async def _iterate(self) -> AsyncIterator[Any]:
         while True:
-            if self._items:
-                message = self._items.popleft()
-                self.queued -= len(message)
-                self._on_taken()
+            if self._ready and self._unanswered < self._max_unanswered:
+                try:
+                    message = self._take()
+                except CallFailed as failed:
+                    self._on_failed(failed)  # ends the call and cancels its Task
+                    raise asyncio.CancelledError() from None
                 yield self._deserialize(message)
-            elif self._ended:
+            elif self._ended and not self._ready:
                 return
             else:
                 self._waiter = asyncio.get_running_loop().create_future()
-                await self._waiter
-                self._waiter = None
+                try:
+                    await self._waiter
+                finally:
+                    self._waiter = None
 
 
 async def run_unary(
-    sink: CallSink, stream_id: int, handler: Any, context: Context, message: bytes
+    sink: CallSink, stream: Any, handler: Any, context: Context, message: bytes
 ) -> None:
     try:
         request = handler.request_deserializer(message)
         reply = await handler.unary_unary(request, context)
         body = handler.response_serializer(reply)
+    except asyncio.CancelledError:
+        sink.finish(stream, grpc.StatusCode.CANCELLED, "Cancelled")  # unless already ended
+        raise
     except Aborted:
-        sink.finish(stream_id, *context.outcome())
+        sink.finish(stream, *context.outcome())
         return
     except Exception as exc:
         log.exception("gRPC call failed")
-        sink.finish(stream_id, grpc.StatusCode.UNKNOWN, f"unexpected error: {exc!r}")
+        sink.finish(stream, grpc.StatusCode.UNKNOWN, f"unexpected error: {exc!r}")
         return
     code, details = context.outcome()
     if code == grpc.StatusCode.OK:
-        sink.send_message(stream_id, frame_message(body))
-    sink.finish(stream_id, code, details)
+        sink.send_message(stream, frame_message(body))
+    sink.finish(stream, code, details)
 
 
 async def run_stream(
-    sink: CallSink, stream_id: int, handler: Any, context: Context, requests: Requests
+    sink: CallSink, stream: Any, handler: Any, context: Context, requests: Requests
 ) -> None:
     serialize = handler.response_serializer
     try:
         async for reply in handler.stream_stream(requests, context):
-            sink.send_message(stream_id, frame_message(serialize(reply)))
+            sink.send_message(stream, frame_message(serialize(reply)))
+            requests.answered()
+    except asyncio.CancelledError:
+        sink.finish(stream, grpc.StatusCode.CANCELLED, "Cancelled")  # unless already ended
+        raise
     except Aborted:
         pass
     except Exception as exc:
         log.exception("gRPC stream failed")
         context.set_code(grpc.StatusCode.UNKNOWN)
         context.set_details(f"unexpected error: {exc!r}")
-    sink.finish(stream_id, *context.outcome())
+    sink.finish(stream, *context.outcome())

@@ -1,6 +1,6 @@
-"""HPACK for the gRPC transport: request headers decoded (and the outcome kept for a header
-block seen before), response headers encoded without the dynamic table so they can be built once.
-"""
+"""A gRPC request's header fields read into what a call needs, and the response's fields.
+
+(h2 does the HPACK; these are the fields before and after it.)"""
 
 from __future__ import annotations
 
@@ -9,18 +9,12 @@ import binascii
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import hpack
-
-from ptserve.core.memo import Memo
-from ptserve.frontends.grpc.native import frames
-
 # gRPC's timeout units, as seconds.
 _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 # Headers that are part of the transport, not metadata the application sees.
 _TRANSPORT = frozenset(
     {"content-type", "te", "grpc-timeout", "grpc-encoding", "grpc-accept-encoding"}
 )
-_SEEN_LIMIT = 64
 
 Metadata = tuple[tuple[str, str | bytes], ...]
 
@@ -80,83 +74,22 @@ def request_head(fields: Iterable[tuple[bytes, bytes]]) -> RequestHead:
     return RequestHead(method, path, content_type, timeout, encoding, tuple(metadata))
 
 
-class HeaderDecoder:
-    """One connection's HPACK decoder. A block that left the dynamic table as it was decodes
-    the same way for as long as the table stays so; clients repeat such blocks (every field
-    indexed) on each call, so their outcome is kept until the table changes."""
-
-    def __init__(self, max_header_list_size: int) -> None:
-        self._decoder = hpack.Decoder(max_header_list_size=max_header_list_size)
-        self._seen: Memo[bytes, RequestHead] = Memo(_SEEN_LIMIT)
-
-    def decode(self, block: bytes) -> RequestHead:
-        """Raises frames.ConnectionError_ (COMPRESSION_ERROR) when the block cannot be decoded
-        and ValueError when a decoded field is malformed."""
-        found = self._seen.get(block)
-        if found is not None:
-            return found
-        table = self._decoder.header_table
-        size, first, limit = len(table.dynamic_entries), _first(table), table.maxsize
-        try:
-            fields = self._decoder.decode(block, raw=True)
-        except hpack.HPACKError as exc:
-            raise frames.ConnectionError_(
-                frames.COMPRESSION_ERROR, f"bad header block: {exc}"
-            ) from None
-        unchanged = (
-            len(table.dynamic_entries) == size and _first(table) is first and table.maxsize == limit
-        )
-        if not unchanged:  # before parsing, which may refuse the block: the table moved on
-            self._seen = Memo(_SEEN_LIMIT)
-        head = request_head(fields)
-        if unchanged:
-            self._seen.put(block, head)
-        return head
+# Response headers, as h2 takes them.
+Fields = list[tuple[bytes, bytes]]
+RESPONSE_HEAD: Fields = [
+    (b":status", b"200"),
+    (b"content-type", b"application/grpc"),
+    (b"grpc-accept-encoding", b"identity,deflate,gzip"),
+]
+TRAILERS_OK: Fields = [(b"grpc-status", b"0")]
 
 
-def _first(table: hpack.table.HeaderTable) -> object:
-    """The newest entry: an insertion puts a new tuple first (compared by identity, since
-    re-inserting an equal field still shifts every index); evictions shorten the table and size
-    updates change its limit."""
-    entries = table.dynamic_entries
-    return entries[0] if entries else None
-
-
-def _integer(value: int, prefix_bits: int, first: int) -> bytes:
-    limit = (1 << prefix_bits) - 1
-    if value < limit:
-        return bytes([first | value])
-    out = bytearray([first | limit])
-    value -= limit
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _string(data: bytes) -> bytes:
-    return _integer(len(data), 7, 0) + data
-
-
-def literal(name: str, value: str | bytes) -> bytes:
-    """A field as 'literal without indexing, new name' (no table, no Huffman)."""
-    raw = value.encode("latin-1") if isinstance(value, str) else value
-    return b"\x00" + _string(name.encode("latin-1")) + _string(raw)
-
-
-STATUS_200 = b"\x88"  # static table entry 8
-CONTENT_TYPE = literal("content-type", "application/grpc")
-RESPONSE_HEAD = STATUS_200 + CONTENT_TYPE + literal("grpc-accept-encoding", "identity,deflate,gzip")
-TRAILERS_OK = literal("grpc-status", "0")
-
-
-def status_block(code: int, message: str) -> bytes:
+def status_fields(code: int, message: str) -> Fields:
     """``grpc-status`` and ``grpc-message`` (percent-encoded as gRPC asks)."""
-    block = literal("grpc-status", str(code))
+    fields = [(b"grpc-status", str(code).encode())]
     if message:
-        block += literal("grpc-message", percent_encode(message))
-    return block
+        fields.append((b"grpc-message", percent_encode(message)))
+    return fields
 
 
 def percent_encode(message: str) -> bytes:
@@ -169,6 +102,11 @@ def percent_encode(message: str) -> bytes:
     return bytes(out)
 
 
-def response_block(status: int) -> bytes:
+def response_fields(status: int) -> Fields:
     """A bare HTTP status, for requests that are not gRPC at all."""
-    return b"\x00" + _string(b":status") + _string(str(status).encode())
+    return [(b":status", str(status).encode())]
+
+
+def header_list_size(fields: Iterable[tuple[bytes, bytes]]) -> int:
+    """The size SETTINGS_MAX_HEADER_LIST_SIZE limits (RFC 9113 section 6.5.2)."""
+    return sum(len(name) + len(value) + 32 for name, value in fields)

@@ -9,20 +9,26 @@ from collections.abc import Mapping
 from typing import Any
 
 from ptserve.frontends.grpc.native.connection import Connection
+from ptserve.frontends.grpc.native.policing import DEFAULT_LIMITS, Limits
 
 
 class NativeGrpcServer:
     """Serves method handlers (``grpc.RpcMethodHandler``, keyed by ``/service/method``) with the
     same ``start`` / ``stop(grace)`` as ``grpc.aio.Server``."""
 
-    def __init__(self, methods: Mapping[str, Any], max_message: int) -> None:
+    def __init__(
+        self, methods: Mapping[str, Any], max_message: int, limits: Limits = DEFAULT_LIMITS
+    ) -> None:
         self._methods = dict(methods)
         self._max_message = max_message
+        self._limits = limits
         self._connections: set[Connection] = set()
         self._listener: asyncio.Server | None = None
 
     def _connection(self) -> Connection:
-        connection = Connection(self._methods, self._max_message, self._connections.discard)
+        connection = Connection(
+            self._methods, self._max_message, self._connections.discard, self._limits
+        )
         self._connections.add(connection)
         return connection
 
