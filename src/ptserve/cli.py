@@ -221,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     models.add_argument(
         "--strict-model-config",
-        default=False,
+        default=None,  # None: not given (only a given value draws the deprecation warning)
         **bool_flag,
         help="require complete config.pbtxt files (no auto-complete)",
     )
@@ -477,6 +477,21 @@ async def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _warn_strict_model_config(args: argparse.Namespace) -> None:
+    """The reference's warnings for the deprecated ``--strict-model-config``."""
+    if args.strict_model_config is None:
+        return
+    log.warning(
+        "Warning: '--strict-model-config' has been deprecated! Please use "
+        "'--disable-auto-complete-config' instead."
+    )
+    if args.disable_auto_complete_config and not args.strict_model_config:
+        log.warning(
+            "Warning: Overriding deprecated '--strict-model-config' from False to True in favor "
+            "of '--disable-auto-complete-config'!"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -497,6 +512,7 @@ def main(argv: list[str] | None = None) -> int:
         bool(args.log_warning),
         bool(args.log_error),
     )
+    _warn_strict_model_config(args)
     if args.retain_host_memory:
         retain_freed_memory()
     try:

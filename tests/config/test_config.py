@@ -8,6 +8,7 @@ import pytest
 
 from ptserve.config import auto_complete, config_to_dict, load_config, parse_config, validate_config
 from ptserve.config.parse import ModelConfig
+from ptserve.config.validate import instance_group_labels
 from ptserve.core.errors import ServerError, Status
 from ptserve.repository import select_versions
 
@@ -76,28 +77,31 @@ def test_name_must_match_folder() -> None:
         ("max_batch_size: 1", "must contain at least one input"),
         (
             'input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]',
-            "must contain at least one output",
+            "model configuration must contain at least one output, none were specified",
         ),
         (
             BASE.replace("dims: [ 4 ] } ]\n    output", "dims: [ 0 ] } ]\n    output"),
-            "input 'IN': 'dims' [0] has dimension 0",
+            "model input 'IN' dimension must be integer >= 1, or -1 to indicate a variable-size "
+            "dimension for m: dims [0] has 0",
         ),
         (
             BASE.replace("max_batch_size: 8", "max_batch_size: 0").replace(
                 "dims: [ 4 ]", "dims: []"
             ),
-            "'dims' must list at least one dimension",
+            "model input 'IN' must specify 'dims' for m",
         ),
         (
             BASE.replace(
                 "data_type: TYPE_FP32 dims: [ 4 ] } ]\n    output",
                 "data_type: TYPE_FP32 dims: [ 4 ] reshape: { shape: [ 3 ] } } ]\n    output",
             ),
-            "reshape [3] has 3 elements, but dims [4] has 4",
+            "model input 'IN' has different size for dims and reshape for m: reshape [3] has 3 "
+            "elements, but dims [4] has 4",
         ),
         (
             BASE + "dynamic_batching { preferred_batch_size: [ 16 ] }",
-            "preferred_batch_size 16 must be between 1 and max_batch_size 8",
+            "dynamic batching preferred size must be <= max batch size for m: "
+            "dynamic_batching.preferred_batch_size 16 must be between 1 and max_batch_size 8",
         ),
         (
             BASE.replace("max_batch_size: 8", "max_batch_size: 0") + "dynamic_batching { }",
@@ -111,16 +115,23 @@ def test_name_must_match_folder() -> None:
             BASE.replace(
                 "TYPE_FP32 dims: [ 4 ] } ]\n    output", "TYPE_INVALID dims: [ 4 ] } ]\n  output"
             ),
-            "'data_type' must be set to a valid type",
+            "model input 'IN' must specify 'data_type' for m",
         ),
-        (BASE + "instance_group [ { kind: KIND_CPU gpus: [ 0 ] } ]", "gpus are only for KIND_GPU"),
+        (
+            BASE + "instance_group [ { kind: KIND_CPU gpus: [ 0 ] } ]",
+            "instance group m_0 of model m has kind KIND_CPU but specifies one or more GPUs: "
+            "gpus [0] are only for KIND_GPU",
+        ),
     ],
 )
 def test_validation_errors(text: str, message: str) -> None:
+    config = parse_config(text, "model 'm'")
+    labels = instance_group_labels(config, "m")
+    auto_complete(config, "m", 0)
     with pytest.raises(ServerError) as info:
-        validate_config(completed(text))
+        validate_config(config, group_labels=labels)
     assert message in info.value.message
-    assert info.value.message.startswith("model 'm'")
+    assert info.value.status is Status.INVALID_ARGUMENT
 
 
 def test_render_matches_triton_json() -> None:

@@ -17,22 +17,24 @@ BAD = {
     ),
     "default_level_out_of_range": (
         "dynamic_batching { priority_levels: 2 default_priority_level: 3 }",
-        "default_priority_level must be in range [1, 2]",
+        "default priority level must be in range [1, 2] for default_level_out_of_range",
     ),
     "policy_level_out_of_range": (
         "dynamic_batching { priority_levels: 2 default_priority_level: 1 "
         "priority_queue_policy { key: 5 value { max_queue_size: 1 } } }",
-        "priority level 5",
+        "priority queue policy must have priority level in range [1, 2] for "
+        "policy_level_out_of_range: dynamic_batching.priority_queue_policy has priority level 5",
     ),
     "three_flag_values": (
         'sequence_batching { control_input [ { name: "START" control [ { kind: '
         "CONTROL_SEQUENCE_START int32_false_true: [ 0, 1, 2 ] } ] } ] }",
-        "must list 2 values",
+        "sequence batching control 'int32_false_true' must have exactly 2 entries for "
+        "CONTROL_SEQUENCE_START for three_flag_values",
     ),
     "float_corrid": (
         'sequence_batching { control_input [ { name: "C" control [ { kind: '
         "CONTROL_SEQUENCE_CORRID data_type: TYPE_FP32 } ] } ] }",
-        "CONTROL_SEQUENCE_CORRID takes only data_type",
+        "unexpected data type for control CONTROL_SEQUENCE_CORRID for float_corrid",
     ),
 }
 
@@ -51,7 +53,7 @@ def test_invalid_batching_configs_fail_to_load(tmp_path: Path) -> None:
         log = server.log()
         for name, (_, message) in BAD.items():
             assert server.status(f"/v2/models/{name}/ready") != 200, name
-            assert f"model '{name}'" in log and message in log, (name, message)
+            assert f"failed to load '{name}'" in log and message in log, (name, message)
 
 
 def test_sequence_model_counts_its_control_inputs(tmp_path: Path) -> None:

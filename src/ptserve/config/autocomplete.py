@@ -42,7 +42,10 @@ def auto_complete(config: ModelConfig, model_name: str, gpu_count: int) -> None:
         if group.count == 0:
             group.count = 1
         if group.kind == KIND_AUTO:
-            group.kind = KIND_GPU if gpu_count > 0 and not _model_kind(config) else KIND_CPU
+            # As the reference: KIND_CPU when there is no GPU or a listed GPU is absent.
+            present = all(0 <= gpu < gpu_count for gpu in group.gpus)
+            on_gpu = gpu_count > 0 and present and not _model_kind(config)
+            group.kind = KIND_GPU if on_gpu else KIND_CPU
         if group.kind == KIND_GPU and not group.gpus:
             group.gpus.extend(range(gpu_count))
 

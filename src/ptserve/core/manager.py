@@ -13,6 +13,7 @@ from pathlib import Path
 from ptserve.backends.base import Backend, unsupported_model
 from ptserve.config import auto_complete, load_config, validate_config
 from ptserve.config.parse import ModelConfig
+from ptserve.config.validate import check_backend_fields, instance_group_labels
 from ptserve.core.errors import ServerError, invalid_arg, not_found, unavailable
 from ptserve.core.inference import load_labels
 from ptserve.core.iospec import model_io
@@ -52,7 +53,12 @@ class ModelManager:
     def read_config(
         self, name: str, model_dir: Path, override: ModelConfig | None = None
     ) -> tuple[ModelConfig, Backend]:
-        """Parse (or take the override), auto-complete and validate a model's config."""
+        """Parse (or take the override), auto-complete and validate a model's config.
+
+        Only the config is looked at here, never the version folders or model files beyond
+        what the backend's auto-complete reads, so a bad config is reported as such even
+        when the model has no versions.
+        """
         if override is not None:
             config = ModelConfig()
             config.CopyFrom(override)
@@ -60,13 +66,16 @@ class ModelManager:
             config = load_config(
                 model_dir, self.options.model_config_name, required=self.options.strict_model_config
             )
+        check_backend_fields(config, name)
         backend = self.backend_for(config, model_dir)
         if not self.options.strict_model_config:
             backend.complete_config(config, model_dir)
         elif not config.backend:
             config.backend = backend.name
-        auto_complete(config, name, backend.gpu_count())
-        validate_config(config)
+        labels = instance_group_labels(config, name)
+        gpu_count = backend.gpu_count()
+        auto_complete(config, name, gpu_count)
+        validate_config(config, gpu_count=gpu_count, group_labels=labels)
         return config, backend
 
     def _lock_for(self, name: str) -> threading.Lock:
