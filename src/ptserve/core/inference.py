@@ -65,6 +65,12 @@ def prepare(
         if tensor.name in seen:
             raise invalid_arg(f"input '{tensor.name}' appears more than once in the request")
         if io.input(tensor.name) is None:
+            if any(tensor.name in b.targets for b in io.batch_inputs):
+                raise invalid_arg(
+                    f"unexpected inference input '{tensor.name}' for model '{model}': it is a "
+                    "batch input, which the server computes for each batch; it expects "
+                    f"{_names(io.inputs)}"
+                )
             raise invalid_arg(
                 f"unexpected inference input '{tensor.name}' for model '{model}'; "
                 f"it expects {_names(io.inputs)}"

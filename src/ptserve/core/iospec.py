@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tritonclient.grpc import model_config_pb2
+
 from ptserve.config.parse import ModelConfig
 from ptserve.core import datatypes
 from ptserve.core.datatypes import DataType
@@ -28,6 +30,40 @@ class IOSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class BatchInputSpec:
+    """One ``batch_input``: tensors the server builds from a batch's requests for the model."""
+
+    kind: str  # the BatchInput.Kind name, e.g. "BATCH_ELEMENT_COUNT"
+    targets: tuple[str, ...]  # the model inputs that receive it (each gets the same tensor)
+    datatype: DataType  # FP32 or INT32
+    sources: tuple[str, ...]  # the config inputs whose shapes it describes
+
+    @property
+    def source(self) -> str:
+        return self.sources[0] if self.sources else ""
+
+    def target_specs(self) -> tuple[IOSpec, ...]:
+        """The targets as model inputs: never sent by clients, so no client dims to speak of."""
+        return tuple(
+            IOSpec(name=name, datatype=self.datatype, dims=(-1,), reshape=None)
+            for name in self.targets
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOutputSpec:
+    """One ``batch_output``: model results split per request by another input's shape."""
+
+    kind: str  # the BatchOutput.Kind name: "BATCH_SCATTER_WITH_INPUT_SHAPE"
+    targets: tuple[str, ...]  # the config outputs it applies to
+    sources: tuple[str, ...]  # the config inputs whose per-request shapes size each part
+
+    @property
+    def source(self) -> str:
+        return self.sources[0] if self.sources else ""
+
+
+@dataclass(frozen=True, slots=True)
 class ModelIO:
     """All inputs and outputs of a model, in config order."""
 
@@ -39,6 +75,9 @@ class ModelIO:
     extra_inputs: tuple[IOSpec, ...] = ()
     extra_outputs: tuple[IOSpec, ...] = ()
     sequence: SequenceIO | None = None  # the control and state plan of a sequence model
+    # Ragged batching: tensors generated per batch for the model, and outputs scattered back.
+    batch_inputs: tuple[BatchInputSpec, ...] = ()
+    batch_outputs: tuple[BatchOutputSpec, ...] = ()
 
     @property
     def batching(self) -> bool:
@@ -46,8 +85,19 @@ class ModelIO:
 
     @property
     def model_inputs(self) -> tuple[IOSpec, ...]:
-        """Every tensor ``forward`` receives: config inputs, then control and state inputs."""
-        return self.inputs + self.extra_inputs
+        """Every tensor ``forward`` receives: config inputs, control and state inputs, then
+        the targets of the batch inputs (in config order, as the original numbers them)."""
+        return self.inputs + self.extra_inputs + self.batch_input_targets
+
+    @property
+    def batch_input_targets(self) -> tuple[IOSpec, ...]:
+        return tuple(spec for b in self.batch_inputs for spec in b.target_specs())
+
+    def batch_output(self, name: str) -> BatchOutputSpec | None:
+        for spec in self.batch_outputs:
+            if name in spec.targets:
+                return spec
+        return None
 
     @property
     def model_outputs(self) -> tuple[IOSpec, ...]:
@@ -105,7 +155,39 @@ def model_io(config: ModelConfig) -> ModelIO:
             IOSpec(name=s.output_name, datatype=s.datatype, dims=s.dims, reshape=None)
             for s in sequence.states
         )
-    return ModelIO(config.max_batch_size, inputs, outputs, extra_inputs, extra_outputs, sequence)
+    return ModelIO(
+        config.max_batch_size,
+        inputs,
+        outputs,
+        extra_inputs,
+        extra_outputs,
+        sequence,
+        _batch_inputs(config),
+        _batch_outputs(config),
+    )
+
+
+def _batch_inputs(config: ModelConfig) -> tuple[BatchInputSpec, ...]:
+    return tuple(
+        BatchInputSpec(
+            kind=str(model_config_pb2.BatchInput.Kind.Name(b.kind)),
+            targets=tuple(b.target_name),
+            datatype=datatypes.from_config_name(_enum_name(b.data_type)),
+            sources=tuple(b.source_input),
+        )
+        for b in config.batch_input
+    )
+
+
+def _batch_outputs(config: ModelConfig) -> tuple[BatchOutputSpec, ...]:
+    return tuple(
+        BatchOutputSpec(
+            kind=str(model_config_pb2.BatchOutput.Kind.Name(b.kind)),
+            targets=tuple(b.target_name),
+            sources=tuple(b.source_input),
+        )
+        for b in config.batch_output
+    )
 
 
 def _enum_name(value: int) -> str:

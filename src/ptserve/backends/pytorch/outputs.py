@@ -2,7 +2,8 @@
 
 A result may be a Tensor, a ``List[str]``, a tuple or list of those (nested lists of tensors are
 flattened in order), or a ``Dict[str, Tensor]`` keyed by output name. Positions follow
-``<name>__<index>`` when every output name has that form, else config order.
+``<name>__<index>`` when every output name has that form, else config order. A ``batch_output``
+(BATCH_SCATTER_WITH_INPUT_SHAPE) is split by its source input's shape in each request instead.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ptserve.backends.batch_io import scatter_with_input_shape, source_shapes
 from ptserve.backends.pytorch.binding import bind_outputs
 from ptserve.backends.pytorch.convert import DATATYPE_OF_TORCH, TORCH_DTYPES, from_strings, to_numpy
 from ptserve.core.errors import internal
@@ -38,6 +40,15 @@ class OutputPlan:
         self.reshaped = {
             s.name: s.dims for s in io.outputs if s.reshape is not None and s.dims.count(-1) <= 1
         }
+        # Batch outputs: (source input, the shape of one request's part with -1 for the
+        # dimensions that source input's shape gives), as the model sees the output.
+        self.scattered: dict[str, tuple[str, tuple[int, ...]]] = {}
+        for spec in io.outputs:
+            batch_output = io.batch_output(spec.name)
+            if batch_output is not None:
+                dims = spec.reshape if spec.reshape is not None else spec.dims
+                template = ((-1,) if io.batching else ()) + tuple(dims)
+                self.scattered[spec.name] = (batch_output.source, template)
 
     def split(self, raw: Any, requests: Sequence[PreparedRequest]) -> list[OutputMap]:
         """The outputs each request asked for; raises ServerError for a result that does not fit."""
@@ -98,6 +109,10 @@ class OutputPlan:
                 f"'{name}', model provides {provided_name}"
             )
         array = to_numpy(value.detach())
+        if name in self.scattered:
+            source, template = self.scattered[name]
+            shapes = source_shapes(source, requests, f"batch output '{name}'")
+            return scatter_with_input_shape(self.model, name, array.reshape(-1), template, shapes)
         if self.batching and array.shape[0] != total:
             raise internal(
                 f"model '{self.model}': output '{name}' has batch dimension {array.shape[0]}, "

@@ -1,8 +1,9 @@
 """Running one batch on a loaded model: the part every runtime shares.
 
 Per request: strings decoded (a bad one fails only its request). Per batch: requests grouped by
-which optional inputs they carry, inputs concatenated and moved to the instance's device, the
-model called under the model's settings on the instance's stream, results split per request.
+which optional inputs they carry, inputs concatenated (ragged ones flattened end to end) and
+moved to the instance's device, batch inputs generated from the group's requests, the model
+called under the model's settings on the instance's stream, results split per request.
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ import numpy as np
 import torch
 
 from ptserve.backends.base import BackendInstance, BatchResult, ExecutionTimes
+from ptserve.backends.batch_io import batch_input_array, source_shapes
 from ptserve.backends.pytorch.binding import InputBinding
 from ptserve.backends.pytorch.convert import to_strings, to_torch
 from ptserve.backends.pytorch.devices import Placement, clean_cache, stream_scope
 from ptserve.backends.pytorch.outputs import OutputPlan
 from ptserve.backends.pytorch.settings import POOLS, Settings
 from ptserve.core.errors import ServerError, internal, invalid_arg
-from ptserve.core.iospec import IOSpec, ModelIO
+from ptserve.core.iospec import BatchInputSpec, IOSpec, ModelIO
 from ptserve.core.prepared import OutputMap, PreparedRequest
 
 log = logging.getLogger("ptserve.backends.pytorch")
@@ -74,6 +76,10 @@ class TorchInstance(BackendInstance):
         self.settings = plan.settings
         self.binding = plan.binding
         self.input_specs: dict[str, IOSpec] = {s.name: s for s in plan.io.model_inputs}
+        # Batch inputs: generated per call from the batch's requests, never taken from them.
+        self.batch_inputs: dict[str, BatchInputSpec] = {
+            name: b for b in plan.io.batch_inputs for name in b.targets
+        }
         self.device = placement.input_device
         self._move = self.device.type != "cpu"
         log.info("model instance '%s' of '%s': %s", name, plan.model, placement.describe())
@@ -109,7 +115,7 @@ class TorchInstance(BackendInstance):
         start = time.perf_counter_ns()
         try:
             with stream_scope(self.placement):
-                args = self._arguments(self._gather([inputs for _, inputs in members]))
+                args = self._arguments(self._gather([inputs for _, inputs in members], requests))
                 infer_start = time.perf_counter_ns()
                 times.compute_input_ns += infer_start - start
                 try:
@@ -139,6 +145,8 @@ class TorchInstance(BackendInstance):
         """Per request: numpy arrays, or ``List[str]`` for strings (bad strings fail only here)."""
         converted: dict[str, Any] = {}
         for name, array in request.inputs.items():
+            if name in self.batch_inputs:
+                continue
             spec = self.input_specs[name]
             if spec.datatype.is_bytes:
                 converted[name] = to_strings(array, f"input '{name}'")
@@ -146,11 +154,17 @@ class TorchInstance(BackendInstance):
                 converted[name] = array
         return converted
 
-    def _gather(self, requests: list[dict[str, Any]]) -> dict[str, Any]:
+    def _gather(
+        self, requests: list[dict[str, Any]], prepared: Sequence[PreparedRequest]
+    ) -> dict[str, Any]:
         """Each input of the batch as one tensor (or list of strings); None when left out."""
         gathered: dict[str, Any] = {}
         for name in self.binding.order:
             spec = self.input_specs[name]
+            batch_input = self.batch_inputs.get(name)
+            if batch_input is not None:
+                gathered[name] = self._batch_input(name, batch_input, prepared)
+                continue
             if name not in requests[0]:
                 gathered[name] = None
                 continue
@@ -170,6 +184,16 @@ class TorchInstance(BackendInstance):
                 tensor = tensor.to(self.device, non_blocking=True)
             gathered[name] = tensor
         return gathered
+
+    def _batch_input(
+        self, name: str, spec: BatchInputSpec, prepared: Sequence[PreparedRequest]
+    ) -> torch.Tensor:
+        """One target of a batch input, from the shapes of its source input in the batch."""
+        shapes = source_shapes(spec.source, prepared, f"batch input '{name}'")
+        tensor = to_torch(batch_input_array(spec, shapes), spec.datatype)
+        if self._move:
+            tensor = tensor.to(self.device, non_blocking=True)
+        return tensor
 
     def _arguments(self, gathered: dict[str, Any]) -> list[Any]:
         if self.binding.dictionary:
@@ -216,7 +240,7 @@ class TorchInstance(BackendInstance):
 
 def _zeros_request(io: ModelIO, batch_size: int, variable: int) -> PreparedRequest:
     inputs: dict[str, np.ndarray] = {}
-    for spec in io.model_inputs:  # sequence control and state inputs too
+    for spec in io.inputs + io.extra_inputs:  # sequence control and state inputs too
         dims = spec.reshape if spec.reshape is not None else spec.dims
         shape = ([batch_size] if io.batching else []) + [variable if d < 0 else d for d in dims]
         if spec.datatype.is_bytes:
