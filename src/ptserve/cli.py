@@ -16,6 +16,7 @@ from ptserve.core.errors import ServerError
 from ptserve.core.server import InferenceServer, ServerOptions
 from ptserve.frontends.grpc import (
     TRANSPORTS,
+    Keepalive,
     parse_protocol_restriction,
     protocol_restrictions,
     start_grpc_server,
@@ -318,6 +319,40 @@ def build_parser() -> argparse.ArgumentParser:
         help="native: HTTP/2 served on the event loop with the rest of the server (default); "
         "aio: grpcio's own server, which polls connections on threads of its own",
     )
+    keepalive = Keepalive()
+    for flag, default, what in (
+        ("--grpc-keepalive-time", keepalive.time_ms, "ms between the server's keepalive pings"),
+        ("--grpc-keepalive-timeout", keepalive.timeout_ms, "ms a keepalive ping may go unanswered"),
+        (
+            "--grpc-http2-max-pings-without-data",
+            keepalive.max_pings_without_data,
+            "pings the server sends without data before it must wait",
+        ),
+        (
+            "--grpc-http2-min-recv-ping-interval-without-data",
+            keepalive.min_recv_ping_interval_without_data_ms,
+            "ms a client must leave between pings without data (else a strike)",
+        ),
+        (
+            "--grpc-http2-max-ping-strikes",
+            keepalive.max_ping_strikes,
+            "strikes before too_many_pings closes the connection (0: unlimited)",
+        ),
+        ("--grpc-max-connection-age", 0, "ms a connection may live (0: unlimited)"),
+        ("--grpc-max-connection-age-grace", 0, "ms its calls get after that (0: unlimited)"),
+    ):
+        grpc.add_argument(
+            flag,
+            type=_non_negative(int),
+            default=default,
+            help=f"{what} (default {default}; --grpc-transport=aio, as the reference)",
+        )
+    grpc.add_argument(
+        "--grpc-keepalive-permit-without-calls",
+        default=keepalive.permit_without_calls,
+        help="allow keepalive pings on connections without calls (--grpc-transport=aio)",
+        **bool_flag,
+    )
     _add_tls_flags(grpc, "grpc", "gRPC TLS", bool_flag)
 
     metrics = parser.add_argument_group("Metrics")
@@ -450,6 +485,16 @@ async def serve(args: argparse.Namespace) -> int:
                 protocol_restrictions(list(args.grpc_restricted_protocol)),
                 _tls_files(args, "grpc"),
                 args.grpc_transport,
+                Keepalive(
+                    args.grpc_keepalive_time,
+                    args.grpc_keepalive_timeout,
+                    args.grpc_keepalive_permit_without_calls,
+                    args.grpc_http2_max_pings_without_data,
+                    args.grpc_http2_min_recv_ping_interval_without_data,
+                    args.grpc_http2_max_ping_strikes,
+                    args.grpc_max_connection_age,
+                    args.grpc_max_connection_age_grace,
+                ),
             )
         except (OSError, ValueError) as exc:
             log.error("%s", exc)

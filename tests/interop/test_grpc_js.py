@@ -225,6 +225,15 @@ def run(
     _check_node_modules()
     transport: str = request.param
     flag = ["--grpc-transport", transport]
+    if transport == "aio":
+        # The reference's keepalive defaults refuse a client that pings an idle connection
+        # every second (too_many_pings, as grpcio and Triton do); the keepalive cases' client
+        # does, so this server allows it through the reference's flags.
+        flag += [
+            "--grpc-keepalive-permit-without-calls=true",
+            "--grpc-http2-min-recv-ping-interval-without-data=500",
+            "--grpc-http2-max-ping-strikes=0",
+        ]
     server = ServerProcess([example_repository, interop_repository], flag).start(wait=None)
     tls_server = None
     if certificates is not None:

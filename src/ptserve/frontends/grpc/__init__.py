@@ -4,6 +4,7 @@ core with HTTP."""
 from __future__ import annotations
 
 from ptserve.frontends.grpc.guard import parse_protocol_restriction, protocol_restrictions
+from ptserve.frontends.grpc.keepalive import Keepalive
 from ptserve.frontends.grpc.server import (
     MAX_MESSAGE_BYTES,
     TRANSPORTS,
@@ -16,6 +17,7 @@ __all__ = [
     "MAX_MESSAGE_BYTES",
     "TRANSPORTS",
     "InferenceServicer",
+    "Keepalive",
     "TlsFiles",
     "parse_protocol_restriction",
     "protocol_restrictions",

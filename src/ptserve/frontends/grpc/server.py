@@ -13,6 +13,7 @@ from tritonclient.grpc import service_pb2_grpc
 from ptserve.core.server import InferenceServer
 from ptserve.frontends.grpc import health
 from ptserve.frontends.grpc.guard import PROTOCOL_OF, guard_service
+from ptserve.frontends.grpc.keepalive import Keepalive
 from ptserve.frontends.grpc.native import NativeGrpcServer
 from ptserve.frontends.grpc.servicer import InferenceServicer
 from ptserve.frontends.restrictions import Restrictions
@@ -87,8 +88,10 @@ def guarded_methods(server: InferenceServer, restrictions: Restrictions) -> dict
     }
 
 
-async def _start_aio(methods: dict[str, Any], address: str, tls: TlsFiles | None) -> Any:
-    grpc_server = grpc.aio.server(options=SERVER_OPTIONS)
+async def _start_aio(
+    methods: dict[str, Any], address: str, tls: TlsFiles | None, keepalive: Keepalive
+) -> Any:
+    grpc_server = grpc.aio.server(options=SERVER_OPTIONS + keepalive.options())
     by_service: dict[str, dict[str, Any]] = {}
     for path, handler in methods.items():
         service, name = path[1:].split("/")
@@ -118,6 +121,7 @@ async def start_grpc_server(
     restrictions: Restrictions | None = None,
     tls: TlsFiles | None = None,
     transport: str = "native",
+    keepalive: Keepalive | None = None,
 ) -> Any:
     """Listen on ``host:port`` (TLS when ``tls`` names the files) and start serving; stop it
     with ``await result.stop(grace)``. ``transport`` is ``native`` (HTTP/2 on the event loop)
@@ -130,7 +134,7 @@ async def start_grpc_server(
     methods = guarded_methods(server, restrictions or Restrictions([]))
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     if transport == "aio":
-        return await _start_aio(methods, address, tls)
+        return await _start_aio(methods, address, tls, keepalive or Keepalive())
     native = NativeGrpcServer(methods, MAX_MESSAGE_BYTES)
     try:
         await native.start(host, port, None if tls is None else server_ssl_context(*tls))
