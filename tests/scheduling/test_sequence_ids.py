@@ -10,12 +10,15 @@ import numpy as np
 import pytest
 
 from ptserve.config.parse import parse_config
+from ptserve.config.validate import validate_config
 from ptserve.core.errors import ServerError
 from ptserve.core.iospec import model_io
 from ptserve.core.prepared import PreparedRequest
 from ptserve.core.stats import ModelStats
 from ptserve.scheduling.params import RequestOptions
 from ptserve.scheduling.sequence import SequenceBatcher
+from ptserve.scheduling.sequence.rows import RowBuilder
+from ptserve.scheduling.sequence.slots import Sequence
 from ptserve.scheduling.work import WorkItem
 
 CONFIG = """
@@ -101,3 +104,32 @@ def test_filler_rows_count_in_the_batch_size_but_not_as_inferences() -> None:
     stats.record_execution(2, 0, 0, 0, inferences=1)
     assert (stats.execution_count, stats.inference_count) == (1, 1)
     assert list(stats.batches) == [2]
+
+
+STATE_ALSO_OUTPUT = """
+    name: "seq"
+    max_batch_size: 1
+    input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+    output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 1 ] },
+             { name: "STATE_OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+    sequence_batching {
+      direct { }
+      state [ { input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_FP32
+                dims: [ 1 ] } ]
+    }
+"""
+
+
+def test_a_state_output_may_also_be_a_config_output_and_reach_the_client() -> None:
+    config = parse_config(STATE_ALSO_OUTPUT, "seq")
+    validate_config(config)  # (the reference allows it)
+    io = model_io(config)
+    assert [s.name for s in io.model_outputs] == ["OUTPUT", "STATE_OUT"]
+    rows = RowBuilder(io, "seq")
+    sequence = Sequence(1, 0)
+    answer = {"OUTPUT": np.ones((1, 1), np.float32), "STATE_OUT": np.full((1, 1), 7, np.float32)}
+    rows.keep_state(sequence, answer, requested=("OUTPUT", "STATE_OUT"))
+    assert answer["STATE_OUT"].tolist() == [[7]]  # the client asked for it: it stays
+    assert sequence.state["STATE_IN"].tolist() == [[7]]
+    rows.keep_state(sequence, answer, requested=("OUTPUT",))
+    assert "STATE_OUT" not in answer

@@ -122,6 +122,7 @@ def _check_sequence(config: ModelConfig, prefix: str) -> None:
                 f"sequence_batching.direct.minimum_slot_utilization is {utilization}",
             )
     taken = {io.name for io in config.input} | {io.name for io in config.output}
+    state_outputs = {io.name for io in config.output}  # (config outputs a state may return)
     for control_input in batching.control_input:
         where = f"{prefix}: sequence_batching control input '{control_input.name}'"
         if control_input.name in taken:
@@ -132,7 +133,7 @@ def _check_sequence(config: ModelConfig, prefix: str) -> None:
                 f"{where}: must have exactly one control, got {len(control_input.control)}"
             )
     for state in batching.state:
-        _check_state(prefix, state, taken)
+        _check_state(prefix, state, taken, state_outputs)
 
 
 def _check_controls(batching: Any, model: str) -> None:
@@ -264,16 +265,18 @@ def check_batch_io(config: ModelConfig) -> None:
             targets.add(target)
 
 
-def _check_state(prefix: str, state: Any, taken: set[str]) -> None:
+def _check_state(prefix: str, state: Any, taken: set[str], outputs: set[str]) -> None:
+    """A state's output may also be a config output (the client then gets it too)."""
     where = f"{prefix}: sequence_batching state '{state.input_name}'"
     if not state.input_name or not state.output_name:
         raise invalid_arg(
             f"{prefix}: every sequence_batching state needs input_name and output_name"
         )
     for name in (state.input_name, state.output_name):
-        if name in taken:
+        if name in taken and not (name == state.output_name and name in outputs):
             raise invalid_arg(f"{where}: '{name}' is already used by another input or output")
         taken.add(name)
+    outputs.discard(state.output_name)  # (one state per output)
     if _type_name(state.data_type) not in datatypes.BY_CONFIG_NAME:
         raise invalid_arg(f"{where}: 'data_type' must be set to a valid type")
     if not state.dims or any(d < -1 or d == 0 for d in state.dims):

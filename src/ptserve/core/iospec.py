@@ -151,9 +151,11 @@ def model_io(config: ModelConfig) -> ModelIO:
             IOSpec(name=s.input_name, datatype=s.datatype, dims=s.dims, reshape=None)
             for s in sequence.states
         )
+        listed = {spec.name for spec in outputs}  # (a state may also be a config output)
         extra_outputs = tuple(
             IOSpec(name=s.output_name, datatype=s.datatype, dims=s.dims, reshape=None)
             for s in sequence.states
+            if s.output_name not in listed
         )
     return ModelIO(
         config.max_batch_size,

@@ -200,7 +200,7 @@ class SequenceBatcher(Scheduler):
                 if item is None or not isinstance(sequence, Sequence):
                     continue
                 if not isinstance(result, ServerError):
-                    self.rows.keep_state(sequence, result)
+                    self.rows.keep_state(sequence, result, item.request.outputs)
                 sequence.busy = False
                 sequence.last_ns = now
                 if item.options.end and not sequence.pending:

@@ -72,10 +72,14 @@ class RowBuilder:
         start = 1 if self.batching else 0
         return tuple((name, array.shape[start:]) for name, array in request.inputs.items())
 
-    def keep_state(self, sequence: Sequence, outputs: OutputMap) -> None:
-        """Take the state outputs out of the answer and keep them for the next request."""
+    def keep_state(
+        self, sequence: Sequence, outputs: OutputMap, requested: tuple[str, ...] = ()
+    ) -> None:
+        """Keep the state outputs for the next request; they leave the answer unless the
+        client asked for them (a state output that is also a config output)."""
         for state in self.plan.states:
-            value = outputs.pop(state.output_name, None)
+            name = state.output_name
+            value = outputs.get(name) if name in requested else outputs.pop(name, None)
             if value is not None:
                 sequence.state[state.input_name] = np.array(value, copy=True)
 
