@@ -90,7 +90,7 @@ def test_shared_memory_mistakes(
     tensor.set_shared_memory("in", 32, offset=8)
     outside = _error(shm_client.infer, identity_name("INT32"), [tensor])
     assert outside.status() == "StatusCode.INVALID_ARGUMENT"
-    assert "outside shared memory region 'in' of 32 bytes" in outside.message()
+    assert "Invalid offset + byte size for shared memory region: 'in'" in outside.message()
 
     tensor = grpcclient.InferInput("INPUT0", [1, 8], "INT32")
     tensor.set_shared_memory("in", 32)

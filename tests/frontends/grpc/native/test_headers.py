@@ -1,17 +1,25 @@
-"""A gRPC request's header fields and the response's, on the native transport (h2 does the
-HPACK; these are the fields before and after it)."""
+"""A gRPC request's header fields and the response's, on the native transport, and their HPACK
+blocks."""
 
 from __future__ import annotations
 
 import base64
 
+import hpack
 import pytest
 
 from ptserve.frontends.grpc.native.headers import (
     RESPONSE_HEAD,
+    RESPONSE_HEAD_BLOCK,
     TRAILERS_OK,
+    TRAILERS_OK_BLOCK,
+    HeaderDecoder,
+    HeaderError,
     RequestHead,
+    changes_table,
+    encode,
     header_list_size,
+    malformed,
     parse_timeout,
     percent_encode,
     request_head,
@@ -183,3 +191,73 @@ def test_request_head_rejects_a_malformed_timeout() -> None:
 def test_a_field_that_is_not_a_pseudo_header_or_transport_header_is_metadata() -> None:
     head = request_head(raw_fields([*REQUEST, ("te", "trailers"), ("grpc-accept-encoding", "x")]))
     assert head.metadata == (("x-user", "alice"),)
+
+
+# --- HPACK ------------------------------------------------------------------------------
+
+
+def test_response_blocks_decode_to_their_fields_and_leave_the_table_alone() -> None:
+    decoder = hpack.Decoder()
+    for fields in (RESPONSE_HEAD, TRAILERS_OK, status_fields(13, "nö"), response_fields(405)):
+        block = encode(fields)
+        assert decoder.decode(block, raw=True) == fields
+        assert not changes_table(block)
+    assert encode(RESPONSE_HEAD) == RESPONSE_HEAD_BLOCK
+    assert encode(TRAILERS_OK) == TRAILERS_OK_BLOCK
+
+
+def test_blocks_that_change_the_table_are_told_apart() -> None:
+    encoder = hpack.Encoder()
+    first = encoder.encode(REQUEST)  # literals with incremental indexing
+    again = encoder.encode(REQUEST)  # every field indexed
+    assert changes_table(first)
+    assert not changes_table(again)
+    assert changes_table(b"\x3f\xe1\x1f")  # a size update
+    assert not changes_table(b"\x00\x01a\x01b\x10\x01c\x01d")  # without indexing, never indexed
+    assert changes_table(b"\x00\x05ab")  # cut short
+
+
+def test_a_repeated_block_decodes_the_same_while_the_table_stays() -> None:
+    encoder = hpack.Encoder()
+    decoder = HeaderDecoder(2**20)
+    first = decoder.request(encoder.encode(REQUEST))
+    block = encoder.encode(REQUEST)
+    assert decoder.request(block) == first
+    assert decoder.request(block) == first
+    # Another field inserted first: the same bytes now mean other fields.
+    encoder.encode([("x-other", "1")])
+    decoder.request(encoder.encode([("x-other", "1")]))
+    moved = [(":method", "POST"), ("x-other", "1")]
+    assert decoder.request(encoder.encode(moved)).head is not None
+    head = first.head
+    assert head is not None and head.metadata == (("x-user", "alice"),)
+
+
+def test_undecodable_and_oversized_blocks_are_header_errors() -> None:
+    with pytest.raises(HeaderError) as bad:
+        HeaderDecoder(2**20).request(b"\xff\xff\xff\xff")
+    assert bad.value.code == 0x9  # COMPRESSION_ERROR
+    with pytest.raises(HeaderError) as big:
+        HeaderDecoder(100).request(hpack.Encoder().encode([("x-big", "v" * 200)]))
+    assert big.value.code == 0xB  # ENHANCE_YOUR_CALM
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        [(b":method", b"POST"), (b":path", b"/x")],  # no :scheme
+        [*raw_fields(REQUEST), (b":path", b"/late")],
+        [*raw_fields(REQUEST), (b"X-Upper", b"1")],
+        [*raw_fields(REQUEST), (b"connection", b"close")],
+        [*raw_fields(REQUEST[:-2]), (b"te", b"gzip")],
+        [(b":status", b"200"), *raw_fields(REQUEST)],
+    ],
+)
+def test_malformed_requests_are_told(fields: list[tuple[bytes, bytes]]) -> None:
+    assert malformed(fields) is not None
+
+
+def test_a_well_formed_request_is_not_malformed() -> None:
+    assert malformed(raw_fields(REQUEST)) is None
+    assert malformed([(b"x-trailer", b"1")], trailers=True) is None
+    assert malformed([(b":path", b"/x")], trailers=True) is not None

@@ -1,11 +1,12 @@
-"""One HTTP/2 connection carrying gRPC calls: the asyncio Protocol around an h2 connection.
+"""One HTTP/2 connection carrying gRPC calls: the asyncio Protocol, with the server side of
+HTTP/2 (RFC 9113) kept here and in ``frames`` and ``headers``.
 
-h2 (sans-IO) keeps the protocol's state and checks the peer against RFC 9113; this module
-does the rest: reading (each read first checked frame header by frame header by the policing
-scan, then handed to h2 at most ``frames_per_turn`` frames per callback), mapping h2's events
-onto calls, writing (everything h2 has to send after one read, or after one loop iteration of
-calls, leaves in one ``transport.write``), backpressure (no reading while the transport's write
-buffer is above its high-water mark) and the connection's timers.
+Reading: each read is first checked frame header by frame header by the policing scan, then
+the frames it lets through (at most ``frames_per_turn`` per callback) are parsed and handled
+here: settings, stream states and ids, flow control both ways, pings, resets and GOAWAY, and
+the calls they carry. Writing: everything there is to send after one read, or after one loop
+iteration of calls, leaves in one ``transport.write``; no reading while the transport's write
+buffer is above its high-water mark. The connection's timers: handshake, idle, linger.
 
 Each call runs in its own Task with its own context; a reset, a deadline or the end of the
 connection cancels it.
@@ -14,44 +15,43 @@ connection cancels it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import logging
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, cast
 
 import grpc
-import h2.config
-import h2.connection
-import h2.events
-import h2.exceptions
-import h2.settings
-import hpack
-from h2.errors import ErrorCodes
-from h2.settings import SettingCodes
-from hyperframe.frame import GoAwayFrame, SettingsFrame
 
-from ptserve.frontends.grpc.native import calls, headers
+from ptserve.frontends.grpc.native import calls, frames, headers
 from ptserve.frontends.grpc.native.calls import CallFailed, Context, Requests
+from ptserve.frontends.grpc.native.frames import (
+    DEFAULT_MAX_FRAME,
+    DEFAULT_WINDOW,
+    FLOW_CONTROL_ERROR,
+    LARGEST_FRAME,
+    LARGEST_WINDOW,
+    NO_ERROR,
+    PROTOCOL_ERROR,
+    REFUSED_STREAM,
+    STREAM_CLOSED,
+    ConnectionError_,
+)
+from ptserve.frontends.grpc.native.headers import Decoded, HeaderError
 from ptserve.frontends.grpc.native.policing import DEFAULT_LIMITS, Limits, Scanner, Stop
 from ptserve.frontends.grpc.native.streams import State, Stream
 
 log = logging.getLogger("ptserve.grpc")
 
-DEFAULT_WINDOW = 65_535
-LARGEST_WINDOW = 2**31 - 1
 MESSAGE_PREFIX = calls.MESSAGE_PREFIX
+_HEADER = frames.HEADER
 
-# Our fields are built here and known to be valid: h2 need not check or normalise them. The
-# peer's are checked (validate_inbound_headers) as RFC 9113 section 8.2 asks.
-H2_CONFIG = h2.config.H2Configuration(
-    client_side=False,
-    header_encoding=None,
-    validate_outbound_headers=False,
-    normalize_outbound_headers=False,
-    validate_inbound_headers=True,
-    normalize_inbound_headers=False,
-)
+# How a stream the connection no longer keeps was closed (RFC 9113 section 5.1), for the frames
+# that may still come on it.
+ENDED = 0  # both sides ended it
+RESET_BY_US = 1  # frames on it are ignored
+RESET_BY_PEER = 2
+_CLOSED_KEPT = 4096  # closed streams remembered (the oldest are forgotten first)
+_REMOTE_OPEN = (State.RECEIVING, State.ANSWERED_EARLY)
 
 
 def _peer_name(transport: asyncio.BaseTransport) -> str:
@@ -61,6 +61,15 @@ def _peer_name(transport: asyncio.BaseTransport) -> str:
     family = "ipv6" if ":" in peer[0] else "ipv4"
     host = f"[{peer[0]}]" if family == "ipv6" else peer[0]
     return f"{family}:{host}:{peer[1]}"
+
+
+def _increment(window: int, processed: int, size: int) -> int:
+    """The WINDOW_UPDATE to send for a window of ``size`` with ``window`` left and
+    ``processed`` bytes consumed: one once half the window is used (or all of it), so that small
+    calls cost none."""
+    if processed >= size // 2 or (not window and processed > min(1024, size // 4)):
+        return min(processed, size - window)
+    return 0
 
 
 class Connection(asyncio.Protocol):
@@ -78,15 +87,27 @@ class Connection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._peer = ""
-        self._h2 = self._new_h2()
         self._scanner = Scanner(limits, self._loop.time)
+        self._decoder = headers.HeaderDecoder(limits.max_decoded_header_list)
+        self._preface = len(frames.PREFACE)  # preface bytes still to pass over
+        self._partial = bytearray()  # the start of a frame whose end has not arrived
+        self._block: tuple[int, int, list[bytes], int | None] | None = None  # header block
+        # in progress: stream, the HEADERS frame's flags, fragments, the stream it depends on
+        self._out: list[bytes | memoryview] = []  # to write at the next flush
         self._streams: dict[int, Stream] = {}
+        self._closed_streams: dict[int, int] = {}  # stream id: ENDED, RESET_BY_US or _BY_PEER
+        self._highest = 0  # the highest stream the peer opened
         self._blocked: dict[int, Stream] = {}  # waiting for the connection's send window
         self._held: dict[int, Stream] = {}  # window held back while the connection's is full
         self._queued = 0  # bytes of streaming calls' whole requests not yet taken
-        self._backlog = b""  # input not yet handed to h2
+        self._send_window = DEFAULT_WINDOW  # what we may still send on the connection
+        self._peer_window = DEFAULT_WINDOW  # the peer's SETTINGS_INITIAL_WINDOW_SIZE
+        self._peer_frame = DEFAULT_MAX_FRAME  # the peer's SETTINGS_MAX_FRAME_SIZE
+        self._inbound = limits.connection_window  # what the peer may still send
+        self._processed = 0  # consumed bytes not yet given back with WINDOW_UPDATE
+        self._backlog = b""  # input not yet handled
         self._turn: asyncio.Handle | None = None  # the callback that goes on with the backlog
-        self._receiving = False  # in data_received: its end writes what h2 has to send
+        self._receiving = False  # in data_received: its end writes what there is to send
         self._flush_handle: asyncio.Handle | None = None
         self._write_paused = False
         self._reading_paused = False
@@ -101,41 +122,17 @@ class Connection(asyncio.Protocol):
         self._closed = False
         self.closed = asyncio.Event()
 
-    def _new_h2(self) -> h2.connection.H2Connection:
-        limits = self._limits
-        connection = h2.connection.H2Connection(H2_CONFIG)
-        # The limit on streams is enforced here, not by h2: h2 ends the whole connection when
-        # it is exceeded, where RFC 9113 section 5.1.2 asks for a stream error (REFUSED_STREAM).
-        # h2's decoder gets the hard limit on a header list; the advertised one, lower, fails
-        # only the call that exceeds it. The SETTINGS frame sent says what we advertise.
-        connection.local_settings = h2.settings.Settings(
-            client=False,
-            initial_values={
-                SettingCodes.ENABLE_PUSH: 0,
-                SettingCodes.INITIAL_WINDOW_SIZE: limits.stream_window,
-                SettingCodes.MAX_FRAME_SIZE: limits.max_frame,
-                SettingCodes.MAX_CONCURRENT_STREAMS: 2**31 - 1,
-                SettingCodes.MAX_HEADER_LIST_SIZE: limits.max_decoded_header_list,
-            },
-        )
-        connection.max_inbound_frame_size = limits.max_frame
-        connection.decoder.max_header_list_size = limits.max_decoded_header_list
-        return connection
-
     def _settings_frame(self) -> bytes:
         limits = self._limits
-        frame = SettingsFrame(
-            0,
-            settings={
-                SettingCodes.ENABLE_PUSH: 0,
-                SettingCodes.MAX_CONCURRENT_STREAMS: limits.max_streams,
-                SettingCodes.INITIAL_WINDOW_SIZE: limits.stream_window,
-                SettingCodes.MAX_FRAME_SIZE: limits.max_frame,
-                SettingCodes.MAX_HEADER_LIST_SIZE: limits.max_header_list,
-            },
+        return frames.settings(
+            {
+                frames.ENABLE_PUSH: 0,
+                frames.MAX_CONCURRENT_STREAMS: limits.max_streams,
+                frames.INITIAL_WINDOW_SIZE: limits.stream_window,
+                frames.MAX_FRAME_SIZE: limits.max_frame,
+                frames.MAX_HEADER_LIST_SIZE: limits.max_header_list,
+            }
         )
-        data: bytes = frame.serialize()
-        return data
 
     # --- asyncio.Protocol ---------------------------------------------------------------
 
@@ -143,10 +140,11 @@ class Connection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
         self._peer = _peer_name(transport)
         self._transport.set_write_buffer_limits(high=self._limits.write_high_water)
-        self._h2.initiate_connection()
-        self._h2.data_to_send()  # h2's SETTINGS: replaced by ours (see _new_h2)
-        self._transport.write(self._settings_frame())
-        self._h2.increment_flow_control_window(self._limits.connection_window - DEFAULT_WINDOW)
+        self._out.append(self._settings_frame())
+        if self._limits.connection_window > DEFAULT_WINDOW:
+            self._out.append(
+                frames.window_update(0, self._limits.connection_window - DEFAULT_WINDOW)
+            )
         self._timer = self._loop.call_later(self._limits.handshake_timeout, self._handshake_late)
         self._flush()
 
@@ -169,6 +167,7 @@ class Connection(asyncio.Protocol):
         self._closed = True
         for stream in list(self._streams.values()):
             self._drop(stream)
+        self._out.clear()
         for handle in (self._flush_handle, self._turn, self._timer):
             if handle is not None:
                 handle.cancel()
@@ -183,13 +182,9 @@ class Connection(asyncio.Protocol):
         if self._closed or self._going_away or self._winding_down or self._transport is None:
             return
         self._going_away = True
-        self._last_stream = self._h2.highest_inbound_stream_id
-        # Written here, not through h2: after a GOAWAY h2 sends nothing more, and the calls in
-        # progress still have to be answered.
-        goaway = GoAwayFrame(0, last_stream_id=self._last_stream, error_code=0)
+        self._last_stream = self._highest
+        self._out.append(frames.goaway(self._last_stream, NO_ERROR))
         self._flush()
-        if not self._transport.is_closing():
-            self._transport.write(goaway.serialize())
         self._wind_down_if_done()
 
     def abort(self) -> None:
@@ -220,19 +215,21 @@ class Connection(asyncio.Protocol):
 
     def _fail(self, code: int, reason: str) -> None:
         """A connection error of ours: GOAWAY with ``code``, then close."""
+        if self._discarding:
+            return
         log.warning("closing a gRPC connection from %s: %s", self._peer or "?", reason)
-        with contextlib.suppress(h2.exceptions.ProtocolError):
-            self._h2.close_connection(code, additional_data=reason.encode()[:256])
+        self._out.append(frames.goaway(self._highest, code, reason.encode()[:256]))
         self._close_after_error()
 
     def _close_after_error(self) -> None:
         """Every call ends; the GOAWAY goes out, then the connection closes once the peer has
         read it (what it still sends is read and dropped, for ``linger`` seconds at most:
         closing with its data unread would reset the connection and lose the GOAWAY)."""
+        self._discarding = True
         for stream in list(self._streams.values()):
             self._drop(stream)
-        self._discarding = True
         self._backlog = b""
+        self._partial = bytearray()
         if self._turn is not None:
             self._turn.cancel()
             self._turn = None
@@ -245,7 +242,7 @@ class Connection(asyncio.Protocol):
         self._timer = None
         if not self._handshaken and not self._closed:
             self._fail(
-                ErrorCodes.PROTOCOL_ERROR,
+                PROTOCOL_ERROR,
                 f"no HTTP/2 preface and SETTINGS within {self._limits.handshake_timeout:g} s",
             )
 
@@ -287,51 +284,31 @@ class Connection(asyncio.Protocol):
         self._receiving = True
         try:
             self._frames(data)
-        except h2.exceptions.ProtocolError as exc:
-            # h2 has queued its GOAWAY (with the error's code) already.
-            log.warning("closing a gRPC connection from %s: %s", self._peer or "?", exc)
-            if isinstance(exc.__cause__, hpack.HPACKError) and not isinstance(
-                exc.__cause__, hpack.OversizedHeaderListError
-            ):
-                self._compression_error()
-            self._close_after_error()
+        except (ConnectionError_, HeaderError) as exc:
+            self._fail(exc.code, exc.message)
         except Exception as exc:  # a bug of ours: this connection ends, the server goes on
             log.exception("gRPC connection from %s failed", self._peer or "?")
-            self._fail(ErrorCodes.INTERNAL_ERROR, f"internal error: {exc!r}")
+            self._fail(frames.INTERNAL_ERROR, f"internal error: {exc!r}")
         finally:
             self._receiving = False
             self._flush()
 
-    def _compression_error(self) -> None:
-        """h2 reports a header block it cannot decode as PROTOCOL_ERROR; RFC 9113 section 4.3
-        asks for COMPRESSION_ERROR. Its GOAWAY is the last frame it queued: that one is
-        replaced (when it is there as expected)."""
-        queued = self._h2.data_to_send()
-        last = self._h2.highest_inbound_stream_id
-        theirs = GoAwayFrame(0, last_stream_id=last, error_code=ErrorCodes.PROTOCOL_ERROR)
-        if queued.endswith(theirs.serialize()):
-            ours = GoAwayFrame(0, last_stream_id=last, error_code=ErrorCodes.COMPRESSION_ERROR)
-            queued = queued[: -len(theirs.serialize())] + ours.serialize()
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.write(queued)
-
     def _frames(self, data: bytes) -> None:
-        scan, receive = self._scanner.scan, self._h2.receive_data
+        scan = self._scanner.scan
         size = len(data)
-        view = memoryview(data)
         position = 0
-        while not self._closed:
+        while not self._closed and not self._discarding:
             feed, resume, stop = scan(data, position)
             if feed > position:
-                self._events(receive(data if feed - position == size else view[position:feed]))
-                if self._closed:
+                self._receive(data, position, feed)
+                if self._closed or self._discarding:
                     return
             if stop is Stop.END:
                 if resume < size:
-                    self._backlog = bytes(view[resume:])
+                    self._backlog = data[resume:]
                 return
             if stop is Stop.TURN:
-                self._backlog = bytes(view[resume:])
+                self._backlog = data[resume:]
                 if self._turn is None:
                     self._turn = self._loop.call_soon(self._next_turn)
                 self._update_reading()
@@ -346,27 +323,96 @@ class Connection(asyncio.Protocol):
             if position >= size:
                 return
 
-    def _events(self, events: Iterable[h2.events.Event]) -> None:
-        for event in events:
-            kind = type(event)
-            if kind is h2.events.DataReceived:
-                self._on_data(cast(h2.events.DataReceived, event))
-            elif kind is h2.events.RequestReceived:
-                self._on_request(cast(h2.events.RequestReceived, event))
-            elif kind is h2.events.StreamEnded:
-                self._on_end(cast(h2.events.StreamEnded, event).stream_id)
-            elif kind is h2.events.WindowUpdated:
-                self._on_window_update(cast(h2.events.WindowUpdated, event).stream_id)
-            elif kind is h2.events.StreamReset:
-                stream = self._streams.get(cast(h2.events.StreamReset, event).stream_id)
-                if stream is not None:
-                    self._drop(stream)
-            elif kind is h2.events.RemoteSettingsChanged:
-                self._on_settings()
-            if self._closed:
+    def _receive(self, data: bytes, start: int, end: int) -> None:
+        """The frames in ``data[start:end]`` (checked by the scan), after the part of a frame
+        that came before; a frame cut by ``end`` waits for the rest."""
+        if self._preface:  # checked by the scan
+            taken = min(self._preface, end - start)
+            self._preface -= taken
+            start += taken
+            if start >= end:
                 return
+        partial = self._partial
+        if partial:
+            partial += memoryview(data)[start:end]
+            used = self._parse(partial, 0, len(partial))
+            if self._partial is partial:
+                del partial[:used]
+            return
+        used = self._parse(data, start, end)
+        if used < end and not self._discarding and not self._closed:
+            partial += memoryview(data)[used:end]
 
-    def _on_settings(self) -> None:
+    def _parse(self, data: bytes | bytearray, position: int, end: int) -> int:
+        unpack = _HEADER.unpack_from
+        while end - position >= 9:
+            high, low, kind, flags, stream_id = unpack(data, position)
+            stop = position + 9 + ((high << 8) | low)
+            if stop > end:
+                break
+            self._frame(kind, flags, stream_id & 0x7FFF_FFFF, bytes(data[position + 9 : stop]))
+            position = stop
+            if self._discarding or self._closed:
+                return end
+        return position
+
+    def _frame(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
+        """One frame (its length already checked by the scan where a length is fixed)."""
+        if self._block is not None and kind != frames.CONTINUATION:
+            raise ConnectionError_(PROTOCOL_ERROR, "a frame inside a header block")
+        if kind == frames.DATA:
+            self._on_data(flags, stream_id, payload)
+        elif kind == frames.HEADERS:
+            self._on_headers(flags, stream_id, payload)
+        elif not self._handshaken and kind != frames.SETTINGS:
+            raise ConnectionError_(PROTOCOL_ERROR, "the first frame is not SETTINGS")
+        elif kind == frames.WINDOW_UPDATE:
+            self._on_window_update(stream_id, frames.parse_u32(payload) & 0x7FFF_FFFF)
+        elif kind == frames.PING:
+            if not flags & frames.ACK:
+                self._out.append(frames.ping_ack(payload))
+        elif kind == frames.SETTINGS:
+            self._on_settings(flags, stream_id, payload)
+        elif kind == frames.RST_STREAM:
+            self._on_reset(stream_id)
+        elif kind == frames.CONTINUATION:
+            self._on_continuation(flags, stream_id, payload)
+        elif kind == frames.PRIORITY:
+            if not stream_id:
+                raise ConnectionError_(PROTOCOL_ERROR, "PRIORITY on stream 0")
+            if frames.priority_dependency(payload) == stream_id:
+                self._stream_error(stream_id, PROTOCOL_ERROR)
+        elif kind == frames.PUSH_PROMISE:
+            raise ConnectionError_(PROTOCOL_ERROR, "clients cannot push")
+        elif kind == frames.GOAWAY:  # (one on stream 0 is the scan's)
+            raise ConnectionError_(PROTOCOL_ERROR, "GOAWAY on a stream")
+        # Unknown frame types are ignored.
+
+    def _on_settings(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if stream_id:
+            raise ConnectionError_(PROTOCOL_ERROR, "SETTINGS on a stream")
+        if flags & frames.ACK:
+            if not self._handshaken:
+                raise ConnectionError_(PROTOCOL_ERROR, "the first frame is not SETTINGS")
+            return
+        for key, value in frames.parse_settings(payload):
+            if key == frames.INITIAL_WINDOW_SIZE:
+                if value > LARGEST_WINDOW:
+                    raise ConnectionError_(FLOW_CONTROL_ERROR, "SETTINGS_INITIAL_WINDOW_SIZE")
+                delta, self._peer_window = value - self._peer_window, value
+                for stream in self._streams.values():
+                    stream.window += delta
+                    if stream.window > LARGEST_WINDOW:
+                        raise ConnectionError_(FLOW_CONTROL_ERROR, "a stream window overflowed")
+            elif key == frames.MAX_FRAME_SIZE:
+                if not DEFAULT_MAX_FRAME <= value <= LARGEST_FRAME:
+                    raise ConnectionError_(PROTOCOL_ERROR, "SETTINGS_MAX_FRAME_SIZE")
+                self._peer_frame = value
+            elif key == frames.ENABLE_PUSH and value > 1:
+                raise ConnectionError_(PROTOCOL_ERROR, "SETTINGS_ENABLE_PUSH")
+            # HEADER_TABLE_SIZE: our blocks leave the peer's table alone. The others (and
+            # unknown ones) ask nothing of a server that does not push.
+        self._out.append(frames.SETTINGS_ACK)
         if not self._handshaken:
             self._handshaken = True
             if self._timer is not None:
@@ -378,31 +424,115 @@ class Connection(asyncio.Protocol):
         # The peer's initial window or frame size may have changed: what waits may go out.
         for stream in list(self._streams.values()):
             if stream.pending or stream.trailers is not None:
-                self._drain_waiting(stream)
+                self._drain(stream)
 
-    def _on_window_update(self, stream_id: int) -> None:
+    def _on_window_update(self, stream_id: int, increment: int) -> None:
         if stream_id == 0:
+            if not increment:
+                raise ConnectionError_(PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
+            self._send_window += increment
+            if self._send_window > LARGEST_WINDOW:
+                raise ConnectionError_(FLOW_CONTROL_ERROR, "the connection window overflowed")
             blocked, self._blocked = self._blocked, {}
-            for stream in blocked.values():
-                self._drain_waiting(stream)
+            for waiting in blocked.values():
+                if waiting.state is not State.CLOSED:
+                    self._drain(waiting)
             return
-        waiting = self._streams.get(stream_id)
-        if waiting is not None and (waiting.pending or waiting.trailers is not None):
-            self._drain_waiting(waiting)
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            return  # a closed stream: a WINDOW_UPDATE may still come
+        if not increment:
+            self._stream_error(stream_id, PROTOCOL_ERROR)
+            return
+        stream.window += increment
+        if stream.window > LARGEST_WINDOW:
+            self._stream_error(stream_id, FLOW_CONTROL_ERROR)
+            return
+        if stream.pending or stream.trailers is not None:
+            self._drain(stream)
 
-    def _on_request(self, event: h2.events.RequestReceived) -> None:
-        stream_id = event.stream_id
-        ended = event.stream_ended is not None
+    def _on_reset(self, stream_id: int) -> None:
+        if not stream_id:
+            raise ConnectionError_(PROTOCOL_ERROR, "RST_STREAM on stream 0")
+        stream = self._streams.get(stream_id)
+        if stream is not None:
+            self._record(stream_id, RESET_BY_PEER)
+            self._drop(stream)
+
+    def _stream_error(self, stream_id: int, code: int) -> None:
+        """RST_STREAM with ``code``: the call on the stream, if any, ends unanswered."""
+        self._reset(stream_id, code)
+        stream = self._streams.get(stream_id)
+        if stream is not None:
+            self._drop(stream)
+
+    def _on_headers(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if not stream_id:
+            raise ConnectionError_(PROTOCOL_ERROR, "HEADERS on stream 0")
+        block, dependency = frames.header_block(payload, flags)
+        if flags & frames.END_HEADERS:
+            self._on_header_block(stream_id, flags, block, dependency)
+        else:
+            self._block = (stream_id, flags, [block], dependency)
+
+    def _on_continuation(self, flags: int, stream_id: int, payload: bytes) -> None:
+        block = self._block
+        if block is None or block[0] != stream_id:
+            raise ConnectionError_(PROTOCOL_ERROR, "CONTINUATION without its HEADERS")
+        block[2].append(payload)
+        if flags & frames.END_HEADERS:
+            self._block = None
+            self._on_header_block(stream_id, block[1], b"".join(block[2]), block[3])
+
+    def _on_header_block(
+        self, stream_id: int, flags: int, block: bytes, dependency: int | None
+    ) -> None:
+        if not stream_id & 1:
+            raise ConnectionError_(PROTOCOL_ERROR, "clients open odd-numbered streams")
+        if not self._handshaken:
+            raise ConnectionError_(PROTOCOL_ERROR, "the first frame is not SETTINGS")
+        ended = bool(flags & frames.END_STREAM)
+        if stream_id > self._highest:  # a new stream
+            self._highest = stream_id
+            decoded = self._decoder.request(block)
+            if dependency == stream_id:
+                self._reset(stream_id, PROTOCOL_ERROR)
+                return
+            self._on_request(stream_id, ended, decoded)
+            return
+        reason = self._decoder.trailers(block)  # read whatever follows: HPACK keeps in step
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            how = self._closed_streams.get(stream_id)
+            if how == RESET_BY_US:
+                return
+            if how == RESET_BY_PEER:
+                self._reset(stream_id, STREAM_CLOSED)
+                return
+            if how == ENDED:
+                raise ConnectionError_(STREAM_CLOSED, "HEADERS on a closed stream")
+            raise ConnectionError_(PROTOCOL_ERROR, "HEADERS on a stream lower than one opened")
+        if stream.state not in _REMOTE_OPEN:  # half-closed (remote)
+            self._stream_error(stream_id, STREAM_CLOSED)
+        elif not ended or reason is not None or dependency == stream_id:
+            self._stream_error(stream_id, PROTOCOL_ERROR)  # not trailers, or malformed ones
+        else:
+            self._on_end(stream)
+
+    def _on_request(self, stream_id: int, ended: bool, decoded: Decoded) -> None:
         if self._going_away and stream_id > self._last_stream:
-            self._h2.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
+            self._reset(stream_id, REFUSED_STREAM)
             return
         if len(self._streams) >= self._limits.max_streams:
-            self._h2.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
+            self._reset(stream_id, REFUSED_STREAM)
             if not self._scanner.spend_reset():
-                self._fail(ErrorCodes.ENHANCE_YOUR_CALM, "too many streams refused")
+                self._fail(frames.ENHANCE_YOUR_CALM, "too many streams refused")
             return
-        fields = event.headers  # bytes: no header_encoding
-        size = headers.header_list_size(fields)
+        if decoded.malformed is not None:
+            log.info("malformed request from %s: %s", self._peer or "?", decoded.malformed)
+            self._reset(stream_id, PROTOCOL_ERROR)
+            return
+        size = decoded.size
         if size > self._limits.max_header_list:
             self._refuse(
                 stream_id,
@@ -411,10 +541,9 @@ class Connection(asyncio.Protocol):
                 f"header list size {size} exceeds the limit of {self._limits.max_header_list}",
             )
             return
-        try:
-            head = headers.request_head(fields)
-        except ValueError as exc:
-            self._refuse(stream_id, ended, grpc.StatusCode.INTERNAL, str(exc))
+        head = decoded.head
+        if head is None:
+            self._refuse(stream_id, ended, grpc.StatusCode.INTERNAL, decoded.error or "")
             return
         if head.method != "POST":
             self._reply_status(stream_id, ended, 405)
@@ -427,7 +556,14 @@ class Connection(asyncio.Protocol):
             self._refuse(stream_id, ended, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
             return
         deadline = None if head.timeout is None else self._loop.time() + head.timeout
-        stream = Stream(stream_id, head, handler, Context(head, self._peer, deadline))
+        stream = Stream(
+            stream_id,
+            head,
+            handler,
+            Context(head, self._peer, deadline),
+            self._peer_window,
+            self._limits.stream_window,
+        )
         self._streams[stream_id] = stream
         if deadline is not None:
             stream.deadline = self._loop.call_at(deadline, self._expire, stream)
@@ -443,29 +579,69 @@ class Connection(asyncio.Protocol):
             stream.task = self._start(
                 calls.run_stream(self, stream, handler, stream.context, stream.requests)
             )
+        if ended:
+            self._on_end(stream)
 
-    def _on_data(self, event: h2.events.DataReceived) -> None:
-        stream_id = event.stream_id
-        size = event.flow_controlled_length
+    def _on_data(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if not stream_id:
+            raise ConnectionError_(PROTOCOL_ERROR, "DATA on stream 0")
+        if not self._handshaken:
+            raise ConnectionError_(PROTOCOL_ERROR, "the first frame is not SETTINGS")
+        size = len(payload)  # padding included: all of it counts against the windows
+        if size > self._inbound:
+            raise ConnectionError_(FLOW_CONTROL_ERROR, "DATA beyond the connection's window")
+        self._inbound -= size
         stream = self._streams.get(stream_id)
-        if stream is None or stream.state is not State.RECEIVING:
-            if size:  # a call we ended or refused: its data is dropped, its window given back
-                self._h2.acknowledge_received_data(size, stream_id)
+        if stream is None or stream.state not in _REMOTE_OPEN:
+            if size:  # its window is given back
+                self._acknowledge(size, None)
+            if stream is not None:  # half-closed (remote)
+                self._stream_error(stream_id, STREAM_CLOSED)
+            elif self._closed_streams.get(stream_id) != RESET_BY_US:
+                self._reset(stream_id, STREAM_CLOSED)
             return
-        stream.unacked += size
-        data = event.data
-        try:
-            requests = stream.requests
-            if requests is not None:
-                before = requests.waiting
-                requests.put(data)
-                self._queued += requests.waiting - before
+        if size > stream.inbound:
+            raise ConnectionError_(FLOW_CONTROL_ERROR, "DATA beyond the stream's window")
+        stream.inbound -= size
+        data = frames.strip_padding(payload, flags) if flags & frames.PADDED else payload
+        if stream.state is State.ANSWERED_EARLY:  # answered: what comes is dropped
+            if size:
+                self._acknowledge(size, stream)
+        else:
+            stream.unacked += size
+            try:
+                requests = stream.requests
+                if requests is not None:
+                    before = requests.waiting
+                    requests.put(data)
+                    self._queued += requests.waiting - before
+                else:
+                    self._add_to_message(stream, data)
+            except CallFailed as failed:
+                self.finish(stream, failed.code, failed.message)
             else:
-                self._add_to_message(stream, data)
-        except CallFailed as failed:
-            self.finish(stream, failed.code, failed.message)
-            return
-        self._give_window(stream)
+                self._give_window(stream)
+        if flags & frames.END_STREAM:
+            self._on_end(stream)
+
+    def _acknowledge(self, size: int, stream: Stream | None) -> None:
+        """``size`` received bytes are consumed: the windows they took are given back (once
+        half a window is used)."""
+        processed = self._processed + size
+        increment = _increment(self._inbound, processed, self._limits.connection_window)
+        if increment:
+            self._inbound += increment
+            self._out.append(frames.window_update(0, increment))
+            processed = 0
+        self._processed = processed
+        if stream is not None and stream.state in _REMOTE_OPEN:
+            processed = stream.processed + size
+            increment = _increment(stream.inbound, processed, self._limits.stream_window)
+            if increment:
+                stream.inbound += increment
+                self._out.append(frames.window_update(stream.id, increment))
+                processed = 0
+            stream.processed = processed
 
     def _add_to_message(self, stream: Stream, data: bytes) -> None:
         message = stream.message
@@ -494,7 +670,7 @@ class Connection(asyncio.Protocol):
             if self._queued >= self._limits.connection_window // 2:
                 self._held[stream.id] = stream
                 return
-        self._h2.acknowledge_received_data(stream.unacked, stream.id)
+        self._acknowledge(stream.unacked, stream)
         stream.unacked = 0
 
     def _taken(self, stream: Stream, size: int) -> None:
@@ -517,10 +693,8 @@ class Connection(asyncio.Protocol):
         if stream.task is not None:
             stream.task.cancel()
 
-    def _on_end(self, stream_id: int) -> None:
-        stream = self._streams.get(stream_id)
-        if stream is None:
-            return
+    def _on_end(self, stream: Stream) -> None:
+        """The peer ended its side of the stream (END_STREAM)."""
         if stream.state is State.ANSWERED_EARLY:
             stream.state = State.ANSWERED
             return
@@ -528,7 +702,7 @@ class Connection(asyncio.Protocol):
             return
         stream.state = State.RUNNING  # once: the call starts (or its requests end) only here
         if stream.unacked:  # no more data will come: only the connection's window matters
-            self._h2.acknowledge_received_data(stream.unacked, stream_id)
+            self._acknowledge(stream.unacked, None)
             stream.unacked = 0
         requests = stream.requests
         if requests is not None:
@@ -576,14 +750,13 @@ class Connection(asyncio.Protocol):
         """One framed message out on the stream (after the response headers)."""
         if stream.state is State.CLOSED or stream.trailers is not None:
             return  # the call was reset or already answered
-        try:
-            if not stream.opened:
-                stream.opened = True
-                self._h2.send_headers(stream.id, headers.RESPONSE_HEAD)
-            stream.pending.append(memoryview(message))
-            self._drain(stream)
-        except h2.exceptions.StreamClosedError:
-            self._drop(stream)  # h2 reset it (the peer broke the protocol on it)
+        if not stream.opened:
+            stream.opened = True
+            self._out.append(
+                frames.headers(stream.id, headers.RESPONSE_HEAD_BLOCK, False, self._peer_frame)
+            )
+        stream.pending.append(memoryview(message))
+        self._drain(stream)
         self._output()
 
     def finish(self, stream: Stream, code: grpc.StatusCode, message: str) -> None:
@@ -592,74 +765,88 @@ class Connection(asyncio.Protocol):
         if stream.state is State.CLOSED or stream.trailers is not None:
             return
         status = (
-            headers.TRAILERS_OK
+            headers.TRAILERS_OK_BLOCK
             if code is grpc.StatusCode.OK and not message
-            else headers.status_fields(code.value[0], message)
+            else headers.encode(headers.status_fields(code.value[0], message))
         )
         if stream.state is State.RECEIVING:
             stream.state = State.ANSWERED_EARLY
         elif stream.state is State.RUNNING:
             stream.state = State.ANSWERED
-        try:
-            if not stream.opened:
-                stream.opened = True
-                self._h2.send_headers(stream.id, headers.RESPONSE_HEAD + status, end_stream=True)
-                self._scanner.ping_is_free = True
-                self._close(stream)
-            else:
-                stream.trailers = status
-                self._drain(stream)
-        except h2.exceptions.StreamClosedError:
-            self._drop(stream)
+        if not stream.opened:
+            stream.opened = True
+            self._out.append(
+                frames.headers(
+                    stream.id, headers.RESPONSE_HEAD_BLOCK + status, True, self._peer_frame
+                )
+            )
+            self._scanner.ping_is_free = True
+            self._close(stream)
+        else:
+            stream.trailers = status
+            self._drain(stream)
         self._output()
 
     def _drain(self, stream: Stream) -> None:
-        """Sends what the windows allow (raises StreamClosedError when h2 reset the stream)."""
+        """Sends what the windows allow, then the trailers once nothing waits."""
         pending = stream.pending
-        h2_connection = self._h2
+        out = self._out
+        stream_id = stream.id
         while pending:
-            allowed = min(
-                h2_connection.local_flow_control_window(stream.id),
-                h2_connection.max_outbound_frame_size,
-            )
+            allowed = min(stream.window, self._send_window, self._peer_frame)
             if allowed <= 0:
-                if h2_connection.outbound_flow_control_window <= 0:
-                    self._blocked[stream.id] = stream
+                if self._send_window <= 0:
+                    self._blocked[stream_id] = stream
                 return
             chunk = pending[0]
-            if len(chunk) <= allowed:
+            size = len(chunk)
+            if size <= allowed:
                 pending.popleft()
-                part = chunk
             else:
-                part, pending[0] = chunk[:allowed], chunk[allowed:]
-            h2_connection.send_data(stream.id, part)
+                chunk, pending[0] = chunk[:allowed], chunk[allowed:]
+                size = allowed
+            stream.window -= size
+            self._send_window -= size
+            out.append(_HEADER.pack(size >> 8, size & 0xFF, frames.DATA, 0, stream_id))
+            out.append(chunk)
         self._scanner.ping_is_free = True
         if stream.trailers is not None:
-            h2_connection.send_headers(stream.id, stream.trailers, end_stream=True)
+            out.append(frames.headers(stream_id, stream.trailers, True, self._peer_frame))
             self._close(stream)
-
-    def _drain_waiting(self, stream: Stream) -> None:
-        try:
-            self._drain(stream)
-        except h2.exceptions.StreamClosedError:
-            self._drop(stream)
 
     def _refuse(self, stream_id: int, ended: bool, code: grpc.StatusCode, message: str) -> None:
         """Trailers-only for a call that never started."""
-        fields = headers.RESPONSE_HEAD + headers.status_fields(code.value[0], message)
-        self._h2.send_headers(stream_id, fields, end_stream=True)
-        if not ended:
-            self._stop_peer(stream_id)
+        block = headers.RESPONSE_HEAD_BLOCK + headers.encode(
+            headers.status_fields(code.value[0], message)
+        )
+        self._answer(stream_id, ended, block)
 
     def _reply_status(self, stream_id: int, ended: bool, status: int) -> None:
-        self._h2.send_headers(stream_id, headers.response_fields(status), end_stream=True)
-        if not ended:
+        self._answer(stream_id, ended, headers.encode(headers.response_fields(status)))
+
+    def _answer(self, stream_id: int, ended: bool, block: bytes) -> None:
+        self._out.append(frames.headers(stream_id, block, True, self._peer_frame))
+        if ended:
+            self._record(stream_id, ENDED)
+        else:
             self._stop_peer(stream_id)
 
     def _stop_peer(self, stream_id: int) -> None:
         """We answered before the peer's side ended: it need not send the rest."""
-        with contextlib.suppress(h2.exceptions.StreamClosedError):  # it ended meanwhile
-            self._h2.reset_stream(stream_id, ErrorCodes.NO_ERROR)
+        self._reset(stream_id, NO_ERROR)
+
+    def _reset(self, stream_id: int, code: int) -> None:
+        self._out.append(frames.rst_stream(stream_id, code))
+        self._record(stream_id, RESET_BY_US)
+
+    def _record(self, stream_id: int, how: int) -> None:
+        """Remembers how a stream closed (the first word on it stands)."""
+        closed = self._closed_streams
+        if stream_id in closed:
+            return
+        if len(closed) >= _CLOSED_KEPT:
+            del closed[next(iter(closed))]
+        closed[stream_id] = how
 
     def _close(self, stream: Stream) -> None:
         """The answer is out; the peer's side may still be open (then tell it to stop)."""
@@ -676,6 +863,7 @@ class Connection(asyncio.Protocol):
     def _forget(self, stream: Stream) -> None:
         stream.state = State.CLOSED
         stream_id = stream.id
+        self._record(stream_id, ENDED)
         self._streams.pop(stream_id, None)
         self._blocked.pop(stream_id, None)
         self._held.pop(stream_id, None)
@@ -685,9 +873,8 @@ class Connection(asyncio.Protocol):
         if stream.deadline is not None:
             stream.deadline.cancel()
             stream.deadline = None
-        if stream.unacked and not self._closed:
-            with contextlib.suppress(h2.exceptions.ProtocolError):
-                self._h2.acknowledge_received_data(stream.unacked, stream_id)
+        if stream.unacked and not self._closed and not self._discarding:
+            self._acknowledge(stream.unacked, None)
             stream.unacked = 0
         if not self._streams:
             self._idle_since = self._loop.time()
@@ -699,7 +886,11 @@ class Connection(asyncio.Protocol):
 
     def _flush(self) -> None:
         self._flush_handle = None
-        data = self._h2.data_to_send()
+        out = self._out
+        if not out:
+            return
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
         transport = self._transport
-        if data and transport is not None and not transport.is_closing() and not self._winding_down:
+        if transport is not None and not transport.is_closing() and not self._winding_down:
             transport.write(data)

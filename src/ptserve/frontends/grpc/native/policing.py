@@ -1,9 +1,9 @@
 """What one connection may cost: the limits, and the frame-header scan that enforces the ones a
-peer can abuse before h2 parses a frame (floods, header blocks, idle streams).
+peer can abuse before a frame is parsed (floods, header blocks, idle streams).
 
 The scan reads only the 9-byte frame headers of what arrived, so it is cheap; it runs ahead of
-h2 so that a flood is cut at the frame that exhausts its budget rather than after h2 has parsed
-(and answered) a whole read of it.
+the frame parser so that a flood is cut at the frame that exhausts its budget rather than after
+the connection has parsed (and answered) a whole read of it.
 """
 
 from __future__ import annotations
@@ -48,13 +48,13 @@ class Limits:
 
     # Streams one connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS); a stream
     # beyond is refused (REFUSED_STREAM), which gRPC clients retry transparently. 1024: ten
-    # times grpc-go's and h2's default of 100 so that a single channel used by many client
+    # times grpc-go's default of 100 so that a single channel used by many client
     # threads never waits on it, while a connection's streams stay a bounded cost.
     max_streams: int = 1024
     # What a stream may carry before a WINDOW_UPDATE, and the connection.
     stream_window: int = 8 * 2**20
     connection_window: int = 64 * 2**20
-    # The largest frame we accept (SETTINGS_MAX_FRAME_SIZE): h2 holds a frame whole before
+    # The largest frame we accept (SETTINGS_MAX_FRAME_SIZE): a frame is held whole before
     # parsing it, so this bounds the input buffered per connection.
     max_frame: int = 2**20
     # Advertised SETTINGS_MAX_HEADER_LIST_SIZE: a call whose headers exceed it fails alone
@@ -77,7 +77,7 @@ class Limits:
     # Task per message, so this bounds them. (A method that answers only at the end could read
     # no more than this many messages: none of ours does.)
     max_unanswered: int = 128
-    # Frames handed to h2 per event-loop callback: one connection's burst then delays the
+    # Frames handled per event-loop callback: one connection's burst then delays the
     # others by a bounded amount of work.
     frames_per_turn: int = 256
     # The client's preface and SETTINGS must arrive within this; a connection without open
@@ -122,8 +122,8 @@ class Stop(enum.Enum):
 
     END = 0  # everything was read; what follows ``resume`` (part of a frame header) waits
     TURN = 1  # ``frames_per_turn`` frames: the rest waits for the next callback
-    GOAWAY = 2  # the peer's GOAWAY: handled by the connection, never given to h2
-    SKIP = 3  # bytes not for h2 were passed over (the rest of a GOAWAY)
+    GOAWAY = 2  # the peer's GOAWAY: handled by the connection, never parsed
+    SKIP = 3  # bytes not to parse were passed over (the rest of a GOAWAY)
     VIOLATION = 4  # ``code`` and ``reason`` say which
 
 
@@ -149,7 +149,7 @@ class Scanner:
         self._limits = limits
         self._preface = len(PREFACE)  # preface bytes still to come
         self._skip = 0  # payload bytes of the current frame still to come
-        self._discard = False  # the current frame is not for h2 (a GOAWAY)
+        self._discard = False  # the current frame is not to be parsed (a GOAWAY)
         self._block_frames = 0  # frames of the header block in progress (0: none)
         self._block_bytes = 0
         self._highest = 0  # the highest stream id a HEADERS frame opened
@@ -164,9 +164,9 @@ class Scanner:
         return self._resets.spend()
 
     def scan(self, data: bytes | bytearray | memoryview, start: int) -> tuple[int, int, Stop]:
-        """Scans ``data[start:]``: h2 is to get ``data[start:feed]``; the next scan begins at
-        ``resume``. A frame header cut by the end of ``data`` is not given to h2 (END stops
-        before it): the caller keeps it for the next read."""
+        """Scans ``data[start:]``: the parser is to get ``data[start:feed]``; the next scan
+        begins at ``resume``. A frame header cut by the end of ``data`` is not given to the
+        parser (END stops before it): the caller keeps it for the next read."""
         size = len(data)
         position = start
         if self._preface:
@@ -218,7 +218,7 @@ class Scanner:
             return self._violation(FRAME_SIZE_ERROR, f"a frame of {length} bytes")
         if self._block_frames:
             if kind != CONTINUATION:
-                self._block_frames = 0  # h2 refuses it (PROTOCOL_ERROR)
+                self._block_frames = 0  # the connection refuses it (PROTOCOL_ERROR)
                 return None
             self._block_frames += 1
             self._block_bytes += length
@@ -271,7 +271,7 @@ class Scanner:
                 return self._violation(PROTOCOL_ERROR, "WINDOW_UPDATE on an idle stream")
             return None
         if kind == GOAWAY:
-            return Stop.GOAWAY if not stream_id else None  # h2 refuses one on a stream
+            return Stop.GOAWAY if not stream_id else None  # the connection refuses one on a stream
         if kind == SETTINGS:
             if flags & ACK and length:
                 return self._violation(FRAME_SIZE_ERROR, "SETTINGS ACK with a payload")

@@ -1,9 +1,11 @@
 """One call's HTTP/2 stream as the connection sees it: where it stands, the request bytes it
 collected, and the response bytes waiting for the peer's flow-control window.
 
-h2 keeps the protocol's view of each stream (RFC 9113 section 5.1) and refuses frames that
-state does not allow; ``State`` is the call's view, which decides what the connection does
-next and makes sure a call is started once and answered once."""
+``State`` is the call's view, which decides what the connection does next and makes sure a call
+is started once and answered once; it also gives the stream's HTTP/2 state (RFC 9113 section
+5.1): open while the request arrives (RECEIVING, ANSWERED_EARLY), half-closed (remote) once it
+has ended (RUNNING, ANSWERED), closed when the connection has forgotten it. The stream's windows
+are kept here too: what we may send, and what the peer may."""
 
 from __future__ import annotations
 
@@ -32,17 +34,28 @@ class Stream:
         "handler",
         "head",
         "id",
+        "inbound",
         "message",
         "opened",
         "pending",
+        "processed",
         "requests",
         "state",
         "task",
         "trailers",
         "unacked",
+        "window",
     )
 
-    def __init__(self, stream_id: int, head: RequestHead, handler: Any, context: Context) -> None:
+    def __init__(
+        self,
+        stream_id: int,
+        head: RequestHead,
+        handler: Any,
+        context: Context,
+        window: int,
+        inbound: int,
+    ) -> None:
         self.id = stream_id
         self.head = head
         self.handler = handler
@@ -54,5 +67,8 @@ class Stream:
         self.deadline: asyncio.TimerHandle | None = None
         self.opened = False  # the response headers went out
         self.pending: deque[memoryview] = deque()  # response data waiting for the window
-        self.trailers: list[tuple[bytes, bytes]] | None = None  # waiting behind ``pending``
-        self.unacked = 0  # received bytes not yet given back to the peer's window
+        self.trailers: bytes | None = None  # their header block, waiting behind ``pending``
+        self.unacked = 0  # received bytes the call has not consumed yet
+        self.window = window  # what we may still send (the peer's window for the stream)
+        self.inbound = inbound  # what the peer may still send (the window we gave it)
+        self.processed = 0  # consumed bytes not yet given back with WINDOW_UPDATE
