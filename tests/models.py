@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
 import torch
@@ -119,3 +120,37 @@ def simple_config(dims: int) -> str:
             ],
         }
     )
+
+
+# Sleeps INPUT0[0, 0] seconds, then doubles: outlives a deadline, holds a call open.
+SLEEPY = """
+    import time
+    from torch import nn
+
+    class Sleepy(nn.Module):
+        def forward(self, x):
+            time.sleep(float(x[0, 0]))
+            return x * 2
+"""
+SLEEPY_CONFIG = """
+    name: "{name}"
+    backend: "pytorch"
+    runtime: "model.py"
+    max_batch_size: 8
+    input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+    output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+    instance_group [ {{ count: 2 kind: KIND_CPU }} ]
+    parameters {{
+        key: "TORCH_COMPILE_OPTIONAL_PARAMETERS"
+        value: {{ string_value: "{{\\"disable\\": true}}" }}
+    }}
+"""
+
+
+def write_sleepy(repository: Path, name: str) -> None:
+    """A Python-runtime model that sleeps INPUT0[0, 0] seconds, then doubles its input."""
+    model_dir = repository / name
+    (model_dir / "1").mkdir(parents=True)
+    config = textwrap.dedent(SLEEPY_CONFIG.format(name=name)).strip()
+    (model_dir / "config.pbtxt").write_text(config + "\n")
+    (model_dir / "1" / "model.py").write_text(textwrap.dedent(SLEEPY).strip() + "\n")

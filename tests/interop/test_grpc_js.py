@@ -18,7 +18,6 @@ import json
 import shutil
 import socket
 import subprocess
-import textwrap
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ import ptserve
 from ptserve.examples import mlp, write_model
 from tests.frontends.grpc.certs import make_ca, make_leaf
 from tests.interop.descriptors import write_descriptor_set
-from tests.models import Identity, identity_config
+from tests.models import Identity, identity_config, write_sleepy
 from tests.serverproc import ServerProcess
 
 NODE = shutil.which("node")
@@ -94,30 +93,6 @@ TLS_CASES = ("TlsServerLive", "TlsUntrustedCertificate")
 pytestmark = pytest.mark.skipif(
     NODE is None, reason="needs Node.js: no `node` on PATH to run the @grpc/grpc-js client"
 )
-
-# Sleeps INPUT0[0, 0] seconds, then doubles: outlives a deadline, holds a call open.
-SLEEPY = """
-    import time
-    from torch import nn
-
-    class Sleepy(nn.Module):
-        def forward(self, x):
-            time.sleep(float(x[0, 0]))
-            return x * 2
-"""
-SLEEPY_CONFIG = """
-    name: "interop_sleepy"
-    backend: "pytorch"
-    runtime: "model.py"
-    max_batch_size: 8
-    input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
-    output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
-    instance_group [ { count: 2 kind: KIND_CPU } ]
-    parameters {
-        key: "TORCH_COMPILE_OPTIONAL_PARAMETERS"
-        value: { string_value: "{\\"disable\\": true}" }
-    }
-"""
 
 
 def _check_node_modules() -> None:
@@ -189,10 +164,7 @@ def interop_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
         identity_config("interop_bytes", "TYPE_UINT8", 0, "-1"),
         {1: torch.jit.script(Identity())},
     )
-    model_dir = repository / "interop_sleepy"
-    (model_dir / "1").mkdir(parents=True)
-    (model_dir / "config.pbtxt").write_text(textwrap.dedent(SLEEPY_CONFIG).strip() + "\n")
-    (model_dir / "1" / "model.py").write_text(textwrap.dedent(SLEEPY).strip() + "\n")
+    write_sleepy(repository, "interop_sleepy")
     return repository
 
 

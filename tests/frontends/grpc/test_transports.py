@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import queue
 import signal
-import textwrap
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -30,6 +29,7 @@ from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from tests.frontends.grpc.conftest import identity_name
+from tests.models import write_sleepy
 from tests.serverproc import ServerProcess
 
 TRANSPORTS = ("native", "aio")
@@ -39,38 +39,11 @@ UNKNOWN_MODEL = "Request for unknown model: 'no_such_model' is not found"
 # Threads that only grpcio's own server starts in the server process.
 GRPCIO_THREADS = ("grpc_global_tim", "event_engine")
 
-# Sleeps INPUT0[0, 0] seconds, then doubles: slow enough to outlive a deadline or a signal.
-SLEEPY = """
-    import time
-    from torch import nn
-
-    class Sleepy(nn.Module):
-        def forward(self, x):
-            time.sleep(float(x[0, 0]))
-            return x * 2
-"""
-SLEEPY_CONFIG = """
-    name: "sleepy"
-    backend: "pytorch"
-    runtime: "model.py"
-    max_batch_size: 8
-    input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
-    output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
-    instance_group [ { count: 2 kind: KIND_CPU } ]
-    parameters {
-        key: "TORCH_COMPILE_OPTIONAL_PARAMETERS"
-        value: { string_value: "{\\"disable\\": true}" }
-    }
-"""
-
 
 @pytest.fixture(scope="module")
 def sleepy_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repository = tmp_path_factory.mktemp("grpc-transports")
-    model_dir = repository / "sleepy"
-    (model_dir / "1").mkdir(parents=True)
-    (model_dir / "config.pbtxt").write_text(textwrap.dedent(SLEEPY_CONFIG).strip() + "\n")
-    (model_dir / "1" / "model.py").write_text(textwrap.dedent(SLEEPY).strip() + "\n")
+    write_sleepy(repository, "sleepy")
     return repository
 
 

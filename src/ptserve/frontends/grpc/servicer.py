@@ -103,6 +103,12 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
                     task.add_done_callback(pending.discard)
                 if pending:
                     await asyncio.gather(*pending)
+            except Exception:
+                # The incoming side failed (an unparsable message): the requests before it
+                # are still answered, then the stream ends with the failure.
+                if pending:
+                    await asyncio.gather(*pending, return_exceptions=True)
+                raise
             finally:
                 replies.put_nowait(_END)
 
