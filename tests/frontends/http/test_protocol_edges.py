@@ -94,6 +94,18 @@ def post_wire(path: str, body: bytes, extra: bytes = b"") -> bytes:
     )
 
 
+def refusal(server: ServerProcess, wire: bytes) -> tuple[int, str]:
+    """Send ``wire``: the status and error message of the refusal, which must close the
+    connection."""
+    with connect(server.http_url, timeout=5) as sock:
+        sock.sendall(wire)
+        reader = Reader(sock)
+        status, headers, body = reader.response()
+        assert headers.get("connection") == "close"
+        assert reader.at_eof()
+    return status, error_of(body)
+
+
 def check_simple(body: bytes) -> None:
     outputs = {o["name"]: o["data"] for o in json.loads(body)["outputs"]}
     assert outputs["OUTPUT0"] == [i + 1 for i in range(16)]
@@ -250,12 +262,8 @@ def test_a_request_then_half_close_gets_its_answer(http_server: ServerProcess) -
 
 
 def test_a_request_without_host_is_refused(http_server: ServerProcess) -> None:
-    with connect(http_server.http_url) as sock:
-        sock.sendall(b"GET /v2/health/live HTTP/1.1\r\n\r\n")
-        reader = Reader(sock)
-        status, _, body = reader.response()
-        assert status == 400 and "Host" in error_of(body)
-        assert reader.at_eof()
+    status, message = refusal(http_server, b"GET /v2/health/live HTTP/1.1\r\n\r\n")
+    assert status == 400 and "Host" in message
 
 
 # --- Expect: 100-continue -----------------------------------------------------------------------
@@ -277,20 +285,17 @@ def test_expect_100_continue(http_server: ServerProcess) -> None:
 def test_expect_100_continue_beyond_the_size_limit_gets_the_final_answer(
     http_server: ServerProcess,
 ) -> None:
-    with connect(http_server.http_url, timeout=5) as sock:
-        sock.sendall(
-            b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
-            b"Content-Length: %d\r\n\r\n" % (2 << 20)
-        )
-        status, _, body = Reader(sock).response()
-        assert status == 400 and "exceeds the maximum allowed size" in error_of(body)
+    status, message = refusal(
+        http_server,
+        b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+        b"Content-Length: %d\r\n\r\n" % (2 << 20),
+    )
+    assert status == 400 and "exceeds the maximum allowed size" in message
 
 
 def test_other_expectations_are_refused(http_server: ServerProcess) -> None:
-    with connect(http_server.http_url, timeout=5) as sock:
-        sock.sendall(post_wire(INFER, SIMPLE, b"Expect: something-else\r\n"))
-        status, _, body = Reader(sock).response()
-        assert status == 417 and "something-else" in error_of(body)
+    status, message = refusal(http_server, post_wire(INFER, SIMPLE, b"Expect: something-else\r\n"))
+    assert status == 417 and "something-else" in message
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
@@ -367,22 +372,19 @@ def test_curl_http2_upgrade_falls_back_to_http11(http_server: ServerProcess) -> 
 
 
 def test_connect_is_refused(http_server: ServerProcess) -> None:
-    with connect(http_server.http_url) as sock:
-        sock.sendall(b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
-        reader = Reader(sock)
-        status, _, body = reader.response()
-        assert status == 501 and "CONNECT" in error_of(body)
-        assert reader.at_eof()
+    status, message = refusal(
+        http_server, b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n"
+    )
+    assert status == 501 and "CONNECT" in message
 
 
 # --- header limits ------------------------------------------------------------------------------
 
 
 def test_a_header_block_over_64_kib_is_refused(http_server: ServerProcess) -> None:
-    with connect(http_server.http_url) as sock:
-        sock.sendall(b"GET /v2 HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (70 << 10) + b"\r\n\r\n")
-        status, _, body = Reader(sock).response()
-        assert status == 431 and "exceed 65536 bytes" in error_of(body)
+    big = b"GET /v2 HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (70 << 10) + b"\r\n\r\n"
+    status, message = refusal(http_server, big)
+    assert status == 431 and "exceed 65536 bytes" in message
 
 
 def test_an_endless_header_is_refused_without_buffering_it(http_server: ServerProcess) -> None:
@@ -414,10 +416,8 @@ def test_a_large_head_under_the_limit_in_pieces_is_served(http_server: ServerPro
 
 def test_more_than_100_header_fields_are_refused(http_server: ServerProcess) -> None:
     fields = b"".join(b"X-F%d: v\r\n" % i for i in range(101))
-    with connect(http_server.http_url) as sock:
-        sock.sendall(b"GET /v2 HTTP/1.1\r\nHost: x\r\n" + fields + b"\r\n")
-        status, _, body = Reader(sock).response()
-        assert status == 431 and "100 fields" in error_of(body)
+    status, message = refusal(http_server, b"GET /v2 HTTP/1.1\r\nHost: x\r\n" + fields + b"\r\n")
+    assert status == 431 and "100 fields" in message
     fields = b"".join(b"X-F%d: v\r\n" % i for i in range(98))
     with connect(http_server.http_url) as sock:
         sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n" + fields + b"\r\n")
