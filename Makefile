@@ -52,6 +52,7 @@ test: install-test
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/pytest -q
 
 lint: install-test

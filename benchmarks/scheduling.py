@@ -45,8 +45,8 @@ import torch
 from tests.serverproc import ServerProcess, free_port
 
 from benchmarks.serving import perf_analyzer_path
+from ptserve.common.host_memory import retain_freed_memory
 from ptserve.examples import CNN_CONFIG, MLP_CONFIG, build_example_repository
-from ptserve.host_memory import retain_freed_memory
 
 SHAPES = {"mlp": (64,), "cnn": (3, 32, 32)}
 BATCHED = "dynamic_batching { max_queue_delay_microseconds: 1000 }"

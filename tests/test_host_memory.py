@@ -17,7 +17,7 @@ import ctypes, resource, sys, torch
 # value, it always does, and the setting must undo that.
 ctypes.CDLL(None).mallopt(-3, 128 * 1024)
 if sys.argv[2] == "retain":
-    from ptserve.host_memory import retain_freed_memory
+    from ptserve.common.host_memory import retain_freed_memory
     assert retain_freed_memory()
 torch.set_num_threads(1)
 model = torch.jit.load(sys.argv[1])

@@ -1,3 +1,5 @@
 """ptserve: a PyTorch inference server that speaks Triton's protocols."""
 
-__version__ = "0.1.0"
+from ptserve.common.version import __version__
+
+__all__ = ["__version__"]

@@ -10,28 +10,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ptserve import __version__, logging_setup
+from ptserve.common import logging_setup
+from ptserve.common.errors import ServerError
+from ptserve.common.host_memory import retain_freed_memory
+from ptserve.common.version import __version__
 from ptserve.core.control import CONTROL_MODES
-from ptserve.core.errors import ServerError
+from ptserve.core.metrics import Metrics, MetricsConfig
 from ptserve.core.server import InferenceServer, ServerOptions
-from ptserve.frontends.grpc import (
-    TRANSPORTS,
-    Keepalive,
-    parse_protocol_restriction,
-    protocol_restrictions,
-    start_grpc_server,
-)
-from ptserve.frontends.http import (
-    DEFAULT_IDLE_TIMEOUT,
-    DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_INPUT_SIZE,
-    Restrictions,
-    parse_restriction,
-    server_ssl_context,
-    start_http_server,
-)
-from ptserve.host_memory import retain_freed_memory
-from ptserve.metrics import Metrics, MetricsConfig, start_metrics_server
+from ptserve.frontends.grpc.guard import parse_protocol_restriction, protocol_restrictions
+from ptserve.frontends.grpc.keepalive import Keepalive
+from ptserve.frontends.grpc.server import TRANSPORTS, start_grpc_server
+from ptserve.frontends.http.server import DEFAULT_MAX_INPUT_SIZE, start_http_server
+from ptserve.frontends.metrics import start_metrics_server
+from ptserve.frontends.restrictions import Restrictions, parse_restriction
+from ptserve.transports.http1 import DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS
+from ptserve.transports.tls import server_ssl_context
 
 log = logging.getLogger("ptserve.cli")
 

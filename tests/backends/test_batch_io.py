@@ -14,13 +14,14 @@ from ptserve.backends.batch_io import (
     source_shapes,
 )
 from ptserve.backends.pytorch.outputs import OutputPlan
+from ptserve.common import datatypes
+from ptserve.common.errors import ServerError
+from ptserve.common.iospec import BatchInputSpec
+from ptserve.common.prepared import PreparedRequest
+from ptserve.common.requests import InferRequest, Tensor
+from ptserve.config.io import model_io
 from ptserve.config.parse import parse_config
-from ptserve.core import datatypes
-from ptserve.core.errors import ServerError
 from ptserve.core.inference import prepare
-from ptserve.core.iospec import BatchInputSpec, model_io
-from ptserve.core.prepared import PreparedRequest
-from ptserve.core.types import InferRequest, Tensor
 
 FP32 = datatypes.BY_NAME["FP32"]
 INT32 = datatypes.BY_NAME["INT32"]

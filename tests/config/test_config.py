@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from ptserve.config import auto_complete, config_to_dict, load_config, parse_config, validate_config
-from ptserve.config.parse import ModelConfig
-from ptserve.config.validate import instance_group_labels
-from ptserve.core.errors import ServerError, Status
+from ptserve.common.errors import ServerError, Status
+from ptserve.config.autocomplete import auto_complete
+from ptserve.config.parse import ModelConfig, load_config, parse_config
+from ptserve.config.render import config_to_dict
+from ptserve.config.validate import instance_group_labels, validate_config
 from ptserve.repository import select_versions
 
 BASE = """

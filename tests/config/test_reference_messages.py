@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from ptserve.backends.base import Backend, BackendModel, LoadContext
+from ptserve.common.errors import ServerError, Status
 from ptserve.config.parse import ModelConfig
-from ptserve.core.errors import ServerError, Status
 from ptserve.core.manager import LoadOptions, ModelManager
 from ptserve.core.server import default_backends
 from tests.serverproc import ServerProcess

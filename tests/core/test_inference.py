@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ptserve.common import datatypes
+from ptserve.common.errors import ServerError
+from ptserve.common.requests import InferRequest, RequestedOutput, Tensor
+from ptserve.config.io import model_io
 from ptserve.config.parse import parse_config
-from ptserve.core import datatypes
-from ptserve.core.errors import ServerError
 from ptserve.core.inference import PlanCache, prepare
-from ptserve.core.iospec import model_io
-from ptserve.core.types import InferRequest, RequestedOutput, Tensor
 
 CONFIG = """
     name: "m"

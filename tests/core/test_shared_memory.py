@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ptserve.core.errors import ServerError, Status
+from ptserve.common.errors import ServerError, Status
 from ptserve.core.shared_memory import Placement, SharedMemoryRegistry, placement
 
 

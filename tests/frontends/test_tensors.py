@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ptserve.core import datatypes
-from ptserve.core.errors import ServerError
+from ptserve.common import datatypes
+from ptserve.common.errors import ServerError
 from ptserve.frontends import tensors
 
 

@@ -9,14 +9,14 @@ import asyncio
 import numpy as np
 import pytest
 
+from ptserve.common.errors import ServerError
+from ptserve.common.prepared import PreparedRequest
+from ptserve.common.stats import ModelStats
+from ptserve.config.io import model_io
 from ptserve.config.parse import parse_config
 from ptserve.config.validate import validate_config
-from ptserve.core.errors import ServerError
-from ptserve.core.iospec import model_io
-from ptserve.core.prepared import PreparedRequest
-from ptserve.core.stats import ModelStats
 from ptserve.scheduling.params import RequestOptions
-from ptserve.scheduling.sequence import SequenceBatcher
+from ptserve.scheduling.sequence.batcher import SequenceBatcher
 from ptserve.scheduling.sequence.rows import RowBuilder
 from ptserve.scheduling.sequence.slots import Sequence
 from ptserve.scheduling.work import WorkItem

@@ -7,10 +7,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ptserve.common.errors import ServerError, invalid_arg
+from ptserve.common.iospec import ModelIO
+from ptserve.common.prepared import BatchResult, PreparedRequest
 from ptserve.config.parse import ModelConfig
-from ptserve.core.errors import ServerError
-from ptserve.core.iospec import ModelIO
-from ptserve.core.prepared import OutputMap, PreparedRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,23 +36,6 @@ class LoadContext:
     @property
     def version_dir(self) -> Path:
         return self.model_dir / str(self.version)
-
-
-@dataclass(slots=True)
-class ExecutionTimes:
-    """How long the parts of one execution took, in nanoseconds."""
-
-    compute_input_ns: int = 0
-    compute_infer_ns: int = 0
-    compute_output_ns: int = 0
-
-
-@dataclass(slots=True)
-class BatchResult:
-    """One result per request of the batch, in order: the outputs, or the error for that request."""
-
-    results: list[OutputMap | ServerError]
-    times: ExecutionTimes
 
 
 class BackendInstance(abc.ABC):
@@ -100,8 +83,6 @@ class Backend(abc.ABC):
 
 
 def unsupported_model(config: ModelConfig, model_name: str) -> ServerError:
-    from ptserve.core.errors import invalid_arg
-
     what = config.platform or config.backend or "none"
     return invalid_arg(
         f"model '{model_name}': unsupported platform/backend '{what}'; ptserve serves PyTorch "

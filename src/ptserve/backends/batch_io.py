@@ -24,10 +24,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ptserve.core.datatypes import element_count
-from ptserve.core.errors import internal, invalid_arg
-from ptserve.core.iospec import BatchInputSpec
-from ptserve.core.prepared import PreparedRequest
+from ptserve.common.datatypes import element_count
+from ptserve.common.errors import internal, invalid_arg
+from ptserve.common.iospec import BatchInputSpec
+from ptserve.common.prepared import PreparedRequest
 
 ELEMENT_COUNT = "BATCH_ELEMENT_COUNT"
 ACCUMULATED_ELEMENT_COUNT = "BATCH_ACCUMULATED_ELEMENT_COUNT"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from ptserve.common.errors import invalid_arg
 from ptserve.config.parse import ModelConfig
-from ptserve.core.errors import invalid_arg
 
 _pb = ModelConfig.DESCRIPTOR.file.pool
 KIND_AUTO = 0

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ptserve.config.parse import ModelConfig
-from ptserve.core import datatypes
-from ptserve.core.errors import ServerError, invalid_arg
+from tritonclient.grpc import model_config_pb2
+
+from ptserve.common import datatypes
+from ptserve.common.errors import ServerError, invalid_arg
+from ptserve.config.parse import ModelConfig, data_type_name, enum_name
 
 _CORRID_TYPES = {"TYPE_UINT64", "TYPE_INT64", "TYPE_UINT32", "TYPE_INT32", "TYPE_STRING"}
 _FLAG_FORMS = ("int32_false_true", "fp32_false_true", "bool_false_true")
@@ -139,7 +141,7 @@ def _check_sequence(config: ModelConfig, prefix: str) -> None:
 def _check_controls(batching: Any, model: str) -> None:
     """The reference's control checks, one pass per control kind as it makes them."""
     for kind_value in _CONTROL_ORDER:
-        kind = _kind(kind_value)
+        kind = enum_name(model_config_pb2.ModelSequenceBatching.Control.Kind, kind_value)
         seen_names: set[str] = set()
         seen_kind = ""
         for control_input in batching.control_input:
@@ -175,7 +177,7 @@ def _check_control(control: Any, kind: str, model: str, name: str) -> None:
                 f"'fp32_false_true' or 'bool_false_true' for {kind} for {model}",
                 f"{where} sets {forms[0]}; {kind} takes only data_type",
             )
-        type_name = _type_name(control.data_type)
+        type_name = data_type_name(control.data_type)
         if type_name not in _CORRID_TYPES:
             raise fail(
                 f"unexpected data type for control {kind} for {model}. Allowed data types are "
@@ -210,7 +212,7 @@ def check_batch_io(config: ModelConfig) -> None:
     inputs = {io.name for io in config.input}
     outputs = {io.name for io in config.output}
     for batch_input in config.batch_input:
-        kind = _batch_input_kind(batch_input.kind)
+        kind = enum_name(model_config_pb2.BatchInput.Kind, batch_input.kind)
         sources = list(batch_input.source_input)
         if kind not in _BATCH_INPUT_KINDS:
             raise fail(f"unknown batch input kind '{kind}' for {model}")
@@ -219,7 +221,7 @@ def check_batch_io(config: ModelConfig) -> None:
                 f"batch input kind '{kind}' expects 1 source input, got {len(sources)} for {model}",
                 f"batch input '{batch_input.target_name}' lists source_input {sources}",
             )
-        type_name = _type_name(batch_input.data_type)
+        type_name = data_type_name(batch_input.data_type)
         if type_name not in ("TYPE_INT32", "TYPE_FP32"):
             raise fail(
                 f"batch input data type must be TYPE_INT32 or TYPE_FP32 for {model}",
@@ -233,7 +235,7 @@ def check_batch_io(config: ModelConfig) -> None:
                     f"{sorted(inputs)}",
                 )
     for batch_output in config.batch_output:
-        kind = _batch_output_kind(batch_output.kind)
+        kind = enum_name(model_config_pb2.BatchOutput.Kind, batch_output.kind)
         sources = list(batch_output.source_input)
         if kind != "BATCH_SCATTER_WITH_INPUT_SHAPE":
             raise fail(f"unknown batch output kind '{kind}' for {model}")
@@ -277,7 +279,7 @@ def _check_state(prefix: str, state: Any, taken: set[str], outputs: set[str]) ->
             raise invalid_arg(f"{where}: '{name}' is already used by another input or output")
         taken.add(name)
     outputs.discard(state.output_name)  # (one state per output)
-    if _type_name(state.data_type) not in datatypes.BY_CONFIG_NAME:
+    if data_type_name(state.data_type) not in datatypes.BY_CONFIG_NAME:
         raise invalid_arg(f"{where}: 'data_type' must be set to a valid type")
     if not state.dims or any(d < -1 or d == 0 for d in state.dims):
         raise invalid_arg(f"{where}: 'dims' {list(state.dims)} must list positive sizes or -1")
@@ -300,36 +302,3 @@ def _check_state(prefix: str, state: Any, taken: set[str], outputs: set[str]) ->
             f"{where}: dims {list(state.dims)} are variable, so an initial_state with concrete "
             "dims is needed"
         )
-
-
-def _batch_input_kind(value: int) -> str:
-    from tritonclient.grpc import model_config_pb2
-
-    try:
-        return str(model_config_pb2.BatchInput.Kind.Name(value))
-    except ValueError:
-        return str(value)
-
-
-def _batch_output_kind(value: int) -> str:
-    from tritonclient.grpc import model_config_pb2
-
-    try:
-        return str(model_config_pb2.BatchOutput.Kind.Name(value))
-    except ValueError:
-        return str(value)
-
-
-def _kind(value: int) -> str:
-    from tritonclient.grpc import model_config_pb2
-
-    return str(model_config_pb2.ModelSequenceBatching.Control.Kind.Name(value))
-
-
-def _type_name(value: int) -> str:
-    from tritonclient.grpc import model_config_pb2
-
-    try:
-        return str(model_config_pb2.DataType.Name(value))
-    except ValueError:
-        return str(value)

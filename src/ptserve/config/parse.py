@@ -5,11 +5,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from google.protobuf import text_format
+from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
+from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from ptserve.core.errors import invalid_arg
+from ptserve.common.errors import invalid_arg
 
-__all__ = ["ModelConfig", "config_path", "load_config", "parse_config"]
+__all__ = [
+    "ModelConfig",
+    "config_path",
+    "data_type_name",
+    "enum_name",
+    "load_config",
+    "parse_config",
+]
 
 CONFIG_FILENAME = "config.pbtxt"
 
@@ -51,3 +60,17 @@ def load_config(model_dir: Path, config_name: str = "", *, required: bool = Fals
         raise invalid_arg(f"model '{model_dir.name}': cannot read {path}: {exc}") from None
     config: ModelConfig = parse_config(text, f"model '{model_dir.name}' ({path})")
     return config
+
+
+def enum_name(enum: EnumTypeWrapper, value: int) -> str:
+    """The name of a value of one of the schema's enums (``model_config_pb2.BatchInput.Kind``,
+    ...); the number itself for a value the schema does not define."""
+    try:
+        return str(enum.Name(value))
+    except ValueError:
+        return str(value)
+
+
+def data_type_name(value: int) -> str:
+    """A ``data_type`` field's name, e.g. ``TYPE_FP32``."""
+    return enum_name(model_config_pb2.DataType, value)

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
+from ptserve.common import datatypes
+from ptserve.common.errors import invalid_arg
 from ptserve.config.batching import check_batch_io, check_batchers, fail
-from ptserve.config.parse import ModelConfig
-from ptserve.core import datatypes
-from ptserve.core.errors import invalid_arg
+from ptserve.config.parse import ModelConfig, data_type_name
 
 _KINDS = {0: "KIND_AUTO", 1: "KIND_GPU", 2: "KIND_CPU", 3: "KIND_MODEL"}
 # The CUDA compute capability the reference requires of a GPU by default, as it prints it.
@@ -174,7 +174,7 @@ def _check_io(config: ModelConfig, kind: str, io: Any) -> None:
     if not io.name:
         raise fail(f"model {kind} must specify 'name' for {model}")
     what = f"model {kind} '{io.name}'"
-    type_name = _type_name(io.data_type)
+    type_name = data_type_name(io.data_type)
     if io.data_type == 0:
         raise fail(f"{what} must specify 'data_type' for {model}", "data_type is TYPE_INVALID")
     if type_name not in datatypes.BY_CONFIG_NAME:
@@ -279,9 +279,3 @@ def _implied_backend(config: ModelConfig) -> str:
 
 def _backend_type(backend: str) -> str:
     return backend if backend in _BACKEND_TYPES else ""
-
-
-def _type_name(value: int) -> str:
-    enum = ModelConfig.DESCRIPTOR.fields_by_name["input"].message_type.fields_by_name["data_type"]
-    found = enum.enum_type.values_by_number.get(value)
-    return found.name if found is not None else str(value)

@@ -18,8 +18,8 @@ from pathlib import Path, PurePosixPath
 
 from google.protobuf import json_format
 
+from ptserve.common.errors import ServerError, invalid_arg, not_found, unavailable
 from ptserve.config.parse import ModelConfig
-from ptserve.core.errors import ServerError, invalid_arg, not_found, unavailable
 from ptserve.core.manager import ModelManager
 from ptserve.repository import scan_repositories
 

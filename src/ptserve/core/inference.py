@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ptserve.core import datatypes
-from ptserve.core.errors import invalid_arg
-from ptserve.core.iospec import IOSpec, ModelIO
-from ptserve.core.memo import Memo
-from ptserve.core.prepared import OutputMap, PreparedRequest
-from ptserve.core.types import InferRequest, InferResponse, RequestedOutput, Tensor
+from ptserve.common import datatypes
+from ptserve.common.errors import invalid_arg
+from ptserve.common.iospec import IOSpec, ModelIO
+from ptserve.common.memo import Memo
+from ptserve.common.prepared import OutputMap, PreparedRequest
+from ptserve.common.requests import InferRequest, InferResponse, RequestedOutput, Tensor
 
 
 @dataclass(slots=True, frozen=True)

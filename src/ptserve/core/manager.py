@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ptserve.backends.base import Backend, unsupported_model
-from ptserve.config import auto_complete, load_config, validate_config
-from ptserve.config.parse import ModelConfig
-from ptserve.config.validate import check_backend_fields, instance_group_labels
-from ptserve.core.errors import ServerError, invalid_arg, not_found, unavailable
+from ptserve.common.errors import ServerError, invalid_arg, not_found, unavailable
+from ptserve.config.autocomplete import auto_complete
+from ptserve.config.io import model_io
+from ptserve.config.parse import ModelConfig, load_config
+from ptserve.config.validate import check_backend_fields, instance_group_labels, validate_config
 from ptserve.core.inference import load_labels
-from ptserve.core.iospec import model_io
 from ptserve.core.model import UNLOADED, Model, ModelVersion, State
 from ptserve.core.warmup import warmup_requests
 from ptserve.repository import available_versions, select_versions

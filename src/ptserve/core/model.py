@@ -16,18 +16,18 @@ from ptserve.backends.base import (
     InstanceSpec,
     LoadContext,
 )
+from ptserve.common.errors import unavailable
+from ptserve.common.iospec import ModelIO
+from ptserve.common.prepared import PreparedRequest
+from ptserve.common.stats import ModelStats
+from ptserve.config.parameters import execution_timeout_ms, max_inline_execution_us
 from ptserve.config.parse import ModelConfig
-from ptserve.core.errors import unavailable
 from ptserve.core.inference import PlanCache
-from ptserve.core.iospec import ModelIO
-from ptserve.core.prepared import PreparedRequest
-from ptserve.core.stats import ModelStats
 from ptserve.core.warmup import run_warmup
-from ptserve.scheduling.base import Scheduler
 from ptserve.scheduling.factory import make_scheduler
-from ptserve.scheduling.watchdog import Watchdog, execution_timeout_ms
+from ptserve.scheduling.watchdog import Watchdog
 from ptserve.scheduling.work import WorkItem
-from ptserve.scheduling.worker import InstanceWorker
+from ptserve.scheduling.worker import InstanceWorker, WorkerPool, inline_limit_ns
 
 log = logging.getLogger("ptserve.model")
 
@@ -67,8 +67,7 @@ class ModelVersion:
     state: State = State.LOADING
     reason: str = ""
     stats: ModelStats = field(default_factory=ModelStats)
-    scheduler: Scheduler | None = None
-    workers: list[InstanceWorker] = field(default_factory=list)
+    pool: WorkerPool | None = None  # the instance workers and their scheduler, once loaded
     backend_model: BackendModel | None = None
     labels: dict[str, list[str]] = field(default_factory=dict)
     warmup: list[tuple[str, int, PreparedRequest]] = field(default_factory=list)
@@ -126,36 +125,41 @@ class ModelVersion:
             io=self.io,
             backend_config=backend_config,
         )
+        workers: list[InstanceWorker] = []
         try:
             timeout_ms = execution_timeout_ms(self.config)
+            max_inline_us = max_inline_execution_us(self.config)
             self.backend_model = backend.load(context)
             for spec in instance_specs(self.config):
                 instances.append((spec, self.backend_model.create_instance(spec)))
             for spec, instance in instances if self.warmup else []:
                 run_warmup(self.name, spec.name, instance, self.warmup)
-            self.scheduler = self._make_scheduler(len(instances))
+            # Every instance of every group takes its batches from this one scheduler.
+            scheduler = make_scheduler(self.config, self.io, self.stats, len(instances))
             for index, (spec, instance) in enumerate(instances):
-                worker = InstanceWorker(spec.name, index, instance, self.scheduler, self.stats)
-                self.workers.append(worker)
+                inline_ns = inline_limit_ns(spec.kind, max_inline_us, timeout_ms)
+                workers.append(
+                    InstanceWorker(spec.name, index, instance, scheduler, self.stats, inline_ns)
+                )
             if timeout_ms:
                 self.watchdog = Watchdog(
                     self.name,
                     self.version,
                     timeout_ms,
-                    self.scheduler,
+                    scheduler,
                     self.stats,
                     self._all_stuck,
                     self._recovered,
                 )
-                self.watchdog.watch(self.workers)
-            # A watched execution must stay on a worker thread, where a hang cannot stall the
-            # event loop; unwatched short ones may run on the loop.
-            self.scheduler.attach(self.workers, direct=not timeout_ms)
-            for worker in self.workers:
-                worker.start()
+                for worker in workers:
+                    worker.watchdog = self.watchdog
+                self.watchdog.watch([worker.execution for worker in workers])
+            self.pool = WorkerPool(scheduler, workers)
+            self.pool.start()
         except BaseException:
-            for _, instance in instances[len(self.workers) :]:
-                instance.unload()  # instances without a worker thread to release them
+            if self.pool is None:  # no worker thread started that would release them
+                for _, instance in instances:
+                    instance.unload()
             self.unload()
             raise
         self.load_seconds = time.monotonic() - started
@@ -185,41 +189,16 @@ class ModelVersion:
             self.reason = self.stuck_reason = ""
         log.info("model '%s' version %d is ready again", self.name, self.version)
 
-    def _join(self, worker: InstanceWorker, deadline: float | None) -> None:
-        """Wait for a worker to drain and exit, but not for one stuck past the execution
-        timeout: a thread cannot be stopped, so it is left to return on its own."""
-        while worker.thread.is_alive():
-            if worker.stuck:
-                log.warning(
-                    "model '%s' version %d: instance '%s' is stuck in an execution; unloading "
-                    "without waiting for it",
-                    self.name,
-                    self.version,
-                    worker.name,
-                )
-                return
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                return
-            worker.join(0.1 if left is None else min(left, 0.1))
-
-    def _make_scheduler(self, instances: int) -> Scheduler:
-        """Every instance of every group takes its batches from this one scheduler."""
-        return make_scheduler(self.config, self.io, self.stats, instances)
-
     def unload(self, timeout: float | None = None) -> None:
         """Stop the workers once queued work is done, then release the model."""
         with self._gate:
             self.state = State.UNLOADING
             self.stuck_reason = ""
-        if self.scheduler is not None and self.workers:
-            self.scheduler.close(len(self.workers))
-            deadline = None if timeout is None else time.monotonic() + timeout
-            for worker in self.workers:
-                self._join(worker, deadline)
+        if self.pool is not None:
+            self.pool.stop(f"model '{self.name}' version {self.version}", timeout)
+            self.pool = None
         if self.watchdog is not None:
             self.watchdog.stop()
-        self.workers.clear()
         if self.backend_model is not None:
             try:
                 self.backend_model.unload()

@@ -9,18 +9,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ptserve import __version__, logging_setup
 from ptserve.backends.base import Backend
-from ptserve.config import config_to_dict
+from ptserve.backends.pytorch.backend import PyTorchBackend
+from ptserve.common import logging_setup
+from ptserve.common.errors import ServerError, Status, invalid_arg, unavailable
+from ptserve.common.requests import InferRequest, InferResponse
+from ptserve.common.version import __version__
+from ptserve.config.render import config_to_dict
 from ptserve.core.control import ModelControl
-from ptserve.core.errors import ServerError, Status, invalid_arg, unavailable
 from ptserve.core.inference import build_response, prepare
 from ptserve.core.manager import LoadOptions, ModelManager
 from ptserve.core.model import UNLOADED, ModelVersion
 from ptserve.core.shared_memory import SharedMemoryRegistry
 from ptserve.core.trace_settings import TraceSettings, TraceValue
 from ptserve.core.tracing import Trace, Tracer
-from ptserve.core.types import InferRequest, InferResponse
 from ptserve.scheduling.params import request_options
 from ptserve.scheduling.work import WorkItem
 
@@ -59,8 +61,6 @@ class ServerOptions:
 
 
 def default_backends() -> list[Backend]:
-    from ptserve.backends.pytorch import PyTorchBackend
-
     return [PyTorchBackend()]
 
 
@@ -79,7 +79,6 @@ class InferenceServer:
         )
         self.live = False
         self.shutting_down = False
-        self.startup_failures: list[str] = []
         self.shared_memory = SharedMemoryRegistry(options.allow_client_shm)
         self.trace_settings = TraceSettings()
         self.tracer = Tracer(self.trace_settings)
@@ -98,9 +97,7 @@ class InferenceServer:
     async def start(self) -> list[str]:
         """Load the models the control mode loads at start; returns the failures (also logged)."""
         self.live = True
-        failures = await self.control.start()
-        self.startup_failures = failures
-        return failures
+        return await self.control.start()
 
     async def shutdown(self, timeout: float = 30.0) -> None:
         """Turn readiness off and refuse new requests at once; let those in flight finish (up to
@@ -344,13 +341,13 @@ class InferenceServer:
             try:
                 prepared, requested = prepare(request, target.io, target.plans)
                 options = request_options(request.parameters)
-                scheduler = target.scheduler
-                if scheduler is None:
+                pool = target.pool
+                if pool is None:
                     raise unavailable(
                         f"model '{target.name}' version {target.version} is not ready"
                     )
                 item = WorkItem(prepared, asyncio.get_running_loop(), options)
-                scheduler.enqueue(item)
+                pool.submit(item)
             except ServerError as exc:
                 reason = "REJECTED" if exc.status is Status.UNAVAILABLE else "OTHER"
                 target.stats.record_failure(time.perf_counter_ns() - arrival, reason)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ptserve.core.errors import ServerError, Status, invalid_arg, not_found, unavailable
-from ptserve.core.types import InferResponse
+from ptserve.common.errors import ServerError, Status, invalid_arg, not_found, unavailable
+from ptserve.common.requests import InferResponse
 
 SHM_ROOT = Path("/dev/shm")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 
-from ptserve.core.errors import invalid_arg
+from ptserve.common.errors import invalid_arg
 
 TraceValue = str | list[str]
 

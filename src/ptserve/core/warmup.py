@@ -13,27 +13,22 @@ from typing import Any
 import numpy as np
 
 from ptserve.backends.base import BackendInstance
-from ptserve.config.parse import ModelConfig
-from ptserve.core import datatypes
-from ptserve.core.errors import ServerError, invalid_arg
-from ptserve.core.iospec import IOSpec, ModelIO
-from ptserve.core.prepared import PreparedRequest
+from ptserve.common import datatypes
+from ptserve.common.errors import ServerError, invalid_arg
+from ptserve.common.iospec import IOSpec, ModelIO
+from ptserve.common.prepared import PreparedRequest
+from ptserve.config.parse import ModelConfig, data_type_name
 
 log = logging.getLogger("ptserve.warmup")
 
 WARMUP_FOLDER = "warmup"  # input_data_file paths are relative to <model>/warmup/
 
 
-def _type_name(value: int) -> str:
-    field = ModelConfig.DESCRIPTOR.fields_by_name["input"].message_type.fields_by_name["data_type"]
-    return str(field.enum_type.values_by_number[value].name)
-
-
 def _array(
     model: str, sample: str, name: str, spec: Any, rows: int | None, model_dir: Path
 ) -> np.ndarray:
     """The tensor of one warm-up input: ``[rows] + dims`` when batching, else ``dims``."""
-    dtype = datatypes.from_config_name(_type_name(spec.data_type))
+    dtype = datatypes.from_config_name(data_type_name(spec.data_type))
     dims = [int(d) for d in spec.dims]
     if any(d < 0 for d in dims):
         raise invalid_arg(

@@ -6,9 +6,9 @@ from typing import Any
 
 import numpy as np
 
-from ptserve.core import datatypes
-from ptserve.core.datatypes import DataType
-from ptserve.core.errors import invalid_arg
+from ptserve.common import datatypes
+from ptserve.common.datatypes import DataType
+from ptserve.common.errors import invalid_arg
 
 # More elements than any real tensor has; a shape beyond it (even one with a zero dimension)
 # would make numpy raise instead of the decoder answering the client.

@@ -1,18 +1,14 @@
-"""The scheduler interface that the core submits to and instance workers take from."""
+"""The scheduler contract, as the reference's: ``enqueue`` queues a request, instance workers
+take the batches it forms with ``next_batch`` and answer them through ``finish``."""
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from ptserve.core.errors import ServerError
-from ptserve.core.prepared import OutputMap
-from ptserve.core.stats import ModelStats
+from ptserve.common.errors import ServerError
+from ptserve.common.prepared import OutputMap
+from ptserve.common.stats import ModelStats
 from ptserve.scheduling.work import Batch, WorkItem, complete_all
-
-if TYPE_CHECKING:
-    from ptserve.scheduling.worker import InstanceWorker
 
 
 class Scheduler(abc.ABC):
@@ -23,10 +19,7 @@ class Scheduler(abc.ABC):
 
     @abc.abstractmethod
     def enqueue(self, item: WorkItem) -> None:
-        """Accept a request (on the event loop); raises ServerError when it cannot."""
-
-    def attach(self, workers: Sequence[InstanceWorker], direct: bool) -> None:  # noqa: B027
-        """Meet the workers (before they start); ``direct`` allows running on the caller."""
+        """Queue a request (on the event loop); raises ServerError when it cannot."""
 
     @abc.abstractmethod
     def next_batch(self, instance: int) -> Batch | None:
@@ -39,3 +32,9 @@ class Scheduler(abc.ABC):
     @abc.abstractmethod
     def close(self, workers: int) -> None:
         """Wake ``workers`` waiting workers with the stop signal once the queue is drained."""
+
+    def idle(self) -> bool:
+        """Whether a request arriving now would run next, and alone: then an idle instance may
+        run it at once instead of it being queued (see ``worker.WorkerPool.submit``). Batchers
+        never are: they exist to put requests together."""
+        return False

@@ -6,10 +6,10 @@ import threading
 import time
 from collections.abc import Hashable
 
-from ptserve.core.errors import ServerError, unavailable
-from ptserve.core.iospec import ModelIO
-from ptserve.core.prepared import OutputMap
-from ptserve.core.stats import ModelStats
+from ptserve.common.errors import ServerError, unavailable
+from ptserve.common.iospec import ModelIO
+from ptserve.common.prepared import OutputMap
+from ptserve.common.stats import ModelStats
 from ptserve.scheduling.base import Scheduler
 from ptserve.scheduling.batching import BatchRule
 from ptserve.scheduling.hold import POLL_SECONDS, Hold

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+from ptserve.common.iospec import ModelIO
+from ptserve.common.stats import ModelStats
 from ptserve.config.parse import ModelConfig
-from ptserve.core.iospec import ModelIO
-from ptserve.core.stats import ModelStats
 from ptserve.scheduling.base import Scheduler
 from ptserve.scheduling.batching import BatchRule
 from ptserve.scheduling.default import DefaultScheduler
 from ptserve.scheduling.dynamic import DynamicBatcher
 from ptserve.scheduling.hold import Hold
 from ptserve.scheduling.policy import Priorities
-from ptserve.scheduling.sequence import SequenceBatcher
+from ptserve.scheduling.sequence.batcher import SequenceBatcher
 
 
 def make_scheduler(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ptserve.core.errors import invalid_arg
+from ptserve.common.errors import invalid_arg
 
 _UINT64_MAX = 2**64 - 1
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 
-from ptserve.core.errors import unavailable
+from ptserve.common.errors import unavailable
 from ptserve.scheduling.policy import Priorities, QueuePolicy
 from ptserve.scheduling.work import Place, WorkItem
 

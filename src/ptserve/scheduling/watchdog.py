@@ -4,8 +4,8 @@ A Python thread cannot be stopped, so a batch that runs past ``EXECUTION_TIMEOUT
 abandoned rather than killed: its requests are answered with an error at once, the instance (still
 inside the call) takes no new work, and when every instance of the version is stuck the version
 is marked unavailable. When the stuck call returns, its results are dropped and the instance
-rejoins. Workers only publish what they run (one attribute store per batch); all timing happens
-here, on one thread that sleeps until the earliest deadline.
+rejoins. Workers only publish what they run in their ``Execution`` (one attribute store per
+batch); all timing happens here, on one thread that sleeps until the earliest deadline.
 """
 
 from __future__ import annotations
@@ -14,39 +14,30 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
-from ptserve.config.parse import ModelConfig
-from ptserve.core.errors import ServerError, internal, invalid_arg
-from ptserve.core.prepared import OutputMap
-from ptserve.core.stats import ModelStats
+from ptserve.common.errors import ServerError, internal
+from ptserve.common.prepared import OutputMap
+from ptserve.common.stats import ModelStats
+from ptserve.config.parameters import EXECUTION_TIMEOUT_PARAMETER
 from ptserve.scheduling.base import Scheduler
 from ptserve.scheduling.work import Batch
 
-if TYPE_CHECKING:
-    from ptserve.scheduling.worker import InstanceWorker
-
 log = logging.getLogger("ptserve.scheduling")
 
-EXECUTION_TIMEOUT_PARAMETER = "EXECUTION_TIMEOUT_MS"
 
+class Execution:
+    """What one instance is running, shared between its worker and the watchdog.
 
-def execution_timeout_ms(config: ModelConfig) -> int:
-    """The ``EXECUTION_TIMEOUT_MS`` parameter of a config; 0 (the default) means no timeout."""
-    key = EXECUTION_TIMEOUT_PARAMETER
-    if key not in config.parameters:
-        return 0
-    text = str(config.parameters[key].string_value).strip()
-    try:
-        value = int(text, 10)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise invalid_arg(
-            f"model '{config.name}': parameter {key} must be a whole number of milliseconds "
-            f"(0: no timeout), got {text!r}"
-        )
-    return value
+    The worker sets ``running`` to (batch, start) before an execution and back to None after;
+    the watchdog sets ``stuck`` when it abandons the batch. ``guard`` orders the two."""
+
+    __slots__ = ("guard", "name", "running", "stuck")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.running: tuple[Batch, int] | None = None
+        self.stuck = False
+        self.guard = threading.Lock()
 
 
 class Watchdog:
@@ -75,7 +66,7 @@ class Watchdog:
         self.stats = stats
         self._on_all_stuck = on_all_stuck
         self._on_recovered = on_recovered
-        self._workers: list[InstanceWorker] = []
+        self._executions: list[Execution] = []
         self._cond = threading.Condition(threading.Lock())
         self._stopped = False
         self._stuck = 0
@@ -84,11 +75,9 @@ class Watchdog:
             target=self._run, name=f"watchdog-{model}-{version}", daemon=True
         )
 
-    def watch(self, workers: Sequence[InstanceWorker]) -> None:
-        """Attach to the workers (before they start) and start the watchdog thread."""
-        self._workers = list(workers)
-        for worker in self._workers:
-            worker.watchdog = self
+    def watch(self, executions: Sequence[Execution]) -> None:
+        """Watch these instances (before their workers start) and start the watchdog thread."""
+        self._executions = list(executions)
         self._thread.start()
 
     def stop(self) -> None:
@@ -110,25 +99,25 @@ class Watchdog:
             # A batch that starts after this check cannot be overdue before a full timeout.
             wait_ns = self.timeout_ns
             now = time.perf_counter_ns()
-            for worker in self._workers:
-                running = worker.running
-                if running is None or worker.stuck:
+            for execution in self._executions:
+                running = execution.running
+                if running is None or execution.stuck:
                     continue
                 batch, started = running
                 left = started + self.timeout_ns - now
                 if left <= 0:
-                    self._abandon(worker, batch, started, now)
+                    self._abandon(execution, batch, started, now)
                 else:
                     wait_ns = min(wait_ns, left)
 
-    def _abandon(self, worker: InstanceWorker, batch: Batch, started: int, now: int) -> None:
-        with worker.guard:
-            running = worker.running
+    def _abandon(self, execution: Execution, batch: Batch, started: int, now: int) -> None:
+        with execution.guard:
+            running = execution.running
             if running is None or running[0] is not batch:
                 return  # it finished meanwhile
-            worker.stuck = True
+            execution.stuck = True
         error = internal(
-            f"model '{self.model}' version {self.version}: instance '{worker.name}' ran a batch "
+            f"model '{self.model}' version {self.version}: instance '{execution.name}' ran a batch "
             f"for longer than {EXECUTION_TIMEOUT_PARAMETER} ({self.timeout_ms} ms); its "
             "requests are failed and the instance takes no new work until the call returns"
         )
@@ -147,7 +136,7 @@ class Watchdog:
         # The callbacks run under the lock, so that "all stuck" and "recovered" cannot swap.
         with self._cond:
             self._stuck += 1
-            if self._stuck == len(self._workers) and not self._all_stuck:
+            if self._stuck == len(self._executions) and not self._all_stuck:
                 self._all_stuck = True
                 reason = (
                     f"every instance of model '{self.model}' version {self.version} is stuck "
@@ -157,14 +146,14 @@ class Watchdog:
                 log.error("%s", reason)
                 self._on_all_stuck(reason)
 
-    def rejoined(self, worker: InstanceWorker, seconds: float) -> None:
+    def rejoined(self, execution: Execution, seconds: float) -> None:
         """Called by a worker whose abandoned call returned; its results were dropped."""
         log.warning(
             "model '%s' version %d: instance '%s' returned from its abandoned call after %.1f s; "
             "it takes work again",
             self.model,
             self.version,
-            worker.name,
+            execution.name,
             seconds,
         )
         with self._cond:

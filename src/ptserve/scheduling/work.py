@@ -9,8 +9,8 @@ import time
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 
-from ptserve.core.errors import ServerError
-from ptserve.core.prepared import OutputMap, PreparedRequest
+from ptserve.common.errors import ServerError
+from ptserve.common.prepared import OutputMap, PreparedRequest
 from ptserve.scheduling.params import NO_OPTIONS, RequestOptions
 
 

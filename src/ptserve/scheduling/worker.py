@@ -1,65 +1,91 @@
-"""Instance workers: one long-lived thread per model instance, running batches as they come."""
+"""Instance workers: one long-lived thread per model instance, running batches as they come, and
+the pool of a version's workers that requests enter through.
+
+Inline execution: a request that finds its scheduler idle (nothing queued that it would overtake,
+no batching) may run at once on the thread that submitted it, the event loop, on an idle
+instance whose recent executions were short. Handing a request to a worker thread and back
+costs two thread wake-ups and GIL hand-offs, more than a small model takes to run; the price is
+that the event loop serves no other connection while the execution runs. It is the worker's
+decision (``InstanceWorker.run_inline``), bounded by the model's ``MAX_INLINE_EXECUTION_US``
+(0 turns it off) and never taken by instances of another kind than CPU (a device
+synchronisation would block every connection) or of a model with an execution timeout (whose
+hung executions the watchdog must be able to abandon, which it cannot on the event loop).
+"""
 
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
-from ptserve.backends.base import BackendInstance
-from ptserve.core.errors import ServerError, internal
-from ptserve.core.prepared import OutputMap
-from ptserve.core.stats import ModelStats
+from ptserve.common.errors import ServerError, internal
+from ptserve.common.prepared import BatchResult, ExecutionTimes, OutputMap, PreparedRequest
+from ptserve.common.stats import ModelStats
 from ptserve.scheduling.base import Scheduler
-from ptserve.scheduling.work import Batch
-
-if TYPE_CHECKING:
-    from ptserve.scheduling.watchdog import Watchdog
+from ptserve.scheduling.watchdog import Execution, Watchdog
+from ptserve.scheduling.work import Batch, WorkItem
 
 log = logging.getLogger("ptserve.scheduling")
 
-SWITCH_INTERVAL_S = 0.0005
 _UNKNOWN_NS = float("inf")  # no execution measured yet
+
+
+class Instance(Protocol):
+    """What a worker runs batches on: a backend's model instance."""
+
+    def execute(self, batch: Sequence[PreparedRequest]) -> BatchResult:
+        """Run the batch; errors are returned per request, never raised."""
+
+    def unload(self) -> None:
+        """Release what the instance holds."""
+
+
+def inline_limit_ns(kind: str, max_inline_us: int, timeout_ms: int) -> int:
+    """How short an instance's executions must be to run inline; 0: never (see the module)."""
+    if kind != "KIND_CPU" or timeout_ms:
+        return 0
+    return max_inline_us * 1000
 
 
 class InstanceWorker:
     """Takes batches from the scheduler and runs them on one backend instance.
 
     Torch releases the GIL while it computes, so the workers of a model run side by side. With
-    an execution timeout, ``running`` tells the version's watchdog what runs since when; a batch
-    the watchdog abandoned (``stuck``) was already answered, so its late results are dropped.
-    ``claim`` is held while a batch runs, by this thread or by a scheduler that runs a batch on
-    its caller's thread (``run_batch``); ``average_ns`` is the moving average of executions.
+    an execution timeout, ``execution`` tells the version's watchdog what runs since when; a
+    batch the watchdog abandoned (``execution.stuck``) was already answered, so its late results
+    are dropped. ``claim`` is held while a batch runs, by this thread or by the thread that runs
+    a request inline; ``average_ns`` is the moving average of executions.
     """
 
     def __init__(
         self,
         name: str,
         index: int,
-        instance: BackendInstance,
+        instance: Instance,
         scheduler: Scheduler,
         stats: ModelStats,
+        inline_ns: int = 0,
     ) -> None:
         self.name = name
         self.index = index
         self.instance = instance
         self.scheduler = scheduler
         self.stats = stats
+        self.inline_ns = inline_ns
         self.watchdog: Watchdog | None = None
-        self.running: tuple[Batch, int] | None = None  # read by the watchdog
-        self.stuck = False  # the watchdog gave up on the running batch
-        self.guard = threading.Lock()  # between the watchdog's abandon and the batch's end
+        self.execution = Execution(name)
         self.claim = threading.Lock()  # one batch at a time on the instance
         self.average_ns = _UNKNOWN_NS
         self.thread = threading.Thread(target=self._run, name=f"instance-{name}", daemon=True)
 
+    @property
+    def stuck(self) -> bool:
+        return self.execution.stuck
+
     def start(self) -> None:
-        # The event loop and the workers share the GIL; by default a thread waiting for it may
-        # wait 5 ms, which stalls a worker between batches. A shorter interval keeps it busy.
-        if sys.getswitchinterval() > SWITCH_INTERVAL_S:
-            sys.setswitchinterval(SWITCH_INTERVAL_S)
         self.thread.start()
 
     def join(self, timeout: float | None = None) -> None:
@@ -71,41 +97,63 @@ class InstanceWorker:
             if batch is None:
                 break
             with self.claim:
-                self.run_batch(batch)
+                outcome = self._execute(batch)
+            self._answer(batch, outcome)
         try:
             self.instance.unload()
         except Exception:
             log.exception("unloading instance '%s' failed", self.name)
 
-    def run_batch(self, batch: Batch) -> None:
+    def run_inline(self, item: WorkItem) -> bool:
+        """Run ``item`` now on the calling thread if this instance is idle and its executions
+        are short enough (see the module); False when it declines."""
+        if self.average_ns > self.inline_ns or not self.claim.acquire(blocking=False):
+            return False
+        batch = Batch.of([item])
+        try:
+            outcome = self._execute(batch)
+        finally:
+            self.claim.release()
+        self._answer(batch, outcome)
+        return True
+
+    def _execute(self, batch: Batch) -> _Outcome:
+        """Run the batch on the instance; the instance is free again once this returns."""
         start = time.perf_counter_ns()
         for item in batch.items:
             if item is not None:
                 item.start_ns = start
-        results: list[OutputMap | ServerError]
         watchdog = self.watchdog
+        execution = self.execution
         if watchdog is not None:
-            self.running = (batch, start)
+            execution.running = (batch, start)
         try:
             outcome = self.instance.execute(batch.requests)
-            results = outcome.results
-            times = outcome.times
+            results, times = outcome.results, outcome.times
         except Exception as exc:  # a backend bug must not kill the worker
             log.exception("instance '%s' failed to execute a batch", self.name)
-            results = [internal(f"instance '{self.name}' failed: {exc}")] * len(batch.requests)
-            times = None
+            error = internal(f"instance '{self.name}' failed: {exc}")
+            results, times = [error] * len(batch.requests), None
         end = time.perf_counter_ns()
         took = end - start
         average = self.average_ns
         self.average_ns = took if average == _UNKNOWN_NS else average + (took - average) / 8
+        abandoned = False
         if watchdog is not None:
-            with self.guard:
-                self.running = None
-                abandoned = self.stuck
-                self.stuck = False
+            with execution.guard:
+                execution.running = None
+                abandoned = execution.stuck
+                execution.stuck = False
             if abandoned:  # answered and counted by the watchdog already
-                watchdog.rejoined(self, (end - start) / 1e9)
-                return
+                watchdog.rejoined(execution, took / 1e9)
+        return _Outcome(results, times, end, abandoned)
+
+    def _answer(self, batch: Batch, outcome: _Outcome) -> None:
+        """Count the batch in the statistics and hand its results to the scheduler, which
+        answers the clients (after the instance was let go: it is not needed for this)."""
+        if outcome.abandoned:
+            return
+        results, times, end = outcome.results, outcome.times, outcome.end_ns
         if times is not None:
             self.stats.record_execution(
                 batch.size,
@@ -136,3 +184,57 @@ class InstanceWorker:
             for item in batch.items:
                 if item is not None:
                     item.complete(error)
+
+
+@dataclass(slots=True)
+class _Outcome:
+    """What one execution gave: its results (per request), its phase times (None when the
+    backend failed), when it ended, and whether the watchdog had abandoned it."""
+
+    results: list[OutputMap | ServerError]
+    times: ExecutionTimes | None
+    end_ns: int
+    abandoned: bool
+
+
+class WorkerPool:
+    """The workers of one model version around their scheduler: requests enter through
+    ``submit`` and the workers take them out."""
+
+    def __init__(self, scheduler: Scheduler, workers: Sequence[InstanceWorker]) -> None:
+        self.scheduler = scheduler
+        self.workers = list(workers)
+        self._inline = [worker for worker in self.workers if worker.inline_ns]
+
+    def submit(self, item: WorkItem) -> None:
+        """Run the request inline when a worker takes it (see the module), else queue it."""
+        if self._inline and self.scheduler.idle():
+            for worker in self._inline:
+                if worker.run_inline(item):
+                    return
+        self.scheduler.enqueue(item)
+
+    def start(self) -> None:
+        for worker in self.workers:
+            worker.start()
+
+    def stop(self, log_name: str, timeout: float | None = None) -> None:
+        """Stop the workers once the queue is drained; wait for each (up to ``timeout`` in
+        all), but not for one stuck past the execution timeout: a thread cannot be stopped,
+        so it is left to return on its own."""
+        self.scheduler.close(len(self.workers))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for worker in self.workers:
+            while worker.thread.is_alive():
+                if worker.stuck:
+                    log.warning(
+                        "%s: instance '%s' is stuck in an execution; unloading without waiting "
+                        "for it",
+                        log_name,
+                        worker.name,
+                    )
+                    break
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                worker.join(0.1 if left is None else min(left, 0.1))

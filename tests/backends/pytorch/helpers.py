@@ -10,10 +10,10 @@ import numpy as np
 import tritonclient.http as httpclient
 
 from ptserve.backends.base import BackendInstance, InstanceSpec, LoadContext
-from ptserve.backends.pytorch import PyTorchBackend
-from ptserve.core.iospec import model_io
+from ptserve.backends.pytorch.backend import PyTorchBackend
+from ptserve.common.prepared import PreparedRequest
+from ptserve.config.io import model_io
 from ptserve.core.manager import LoadOptions, ModelManager
-from ptserve.core.prepared import PreparedRequest
 
 
 def write_python_model(

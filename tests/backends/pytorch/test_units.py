@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from ptserve.backends.pytorch import params
 from ptserve.backends.pytorch.binding import Argument, bind_inputs, bind_outputs
 from ptserve.backends.pytorch.outputs import OutputPlan, flatten
 from ptserve.backends.pytorch.settings import Settings, ThreadPools
+from ptserve.common.errors import ServerError
+from ptserve.common.prepared import PreparedRequest
+from ptserve.config import parameters as params
+from ptserve.config.io import model_io
 from ptserve.config.parse import parse_config
-from ptserve.core.errors import ServerError
-from ptserve.core.iospec import model_io
-from ptserve.core.prepared import PreparedRequest
 
 
 def _config(parameters: dict[str, str]) -> str:

@@ -11,8 +11,8 @@ import numpy as np
 from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2 as pb
 
-from ptserve.core import datatypes
-from ptserve.core.errors import ServerError, Status
+from ptserve.common import datatypes
+from ptserve.common.errors import ServerError, Status
 from ptserve.core.shared_memory import SharedMemoryRegistry
 from ptserve.frontends.grpc import convert
 
@@ -223,5 +223,6 @@ def _decode_once(
         (t.name, t.datatype.name, t.data.tolist() if t.data.dtype == object else t.data.tobytes())
         for t in request.inputs
     ]
-    outputs = [(o.name, o.classification, o.parameters) for o in request.outputs or ()]
+    # Parameters by their repr: a NaN parameter equals itself there.
+    outputs = [(o.name, o.classification, repr(o.parameters)) for o in request.outputs or ()]
     return (request.model_name, request.model_version, request.id, tensors, outputs)

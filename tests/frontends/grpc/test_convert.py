@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
-from ptserve.core.errors import ServerError
+from ptserve.common.errors import ServerError
 from ptserve.core.shared_memory import SharedMemoryRegistry
 from ptserve.frontends.grpc import convert
 

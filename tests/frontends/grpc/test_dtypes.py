@@ -10,7 +10,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2 as pb
 
-from ptserve.core.datatypes import float32_to_bf16
+from ptserve.common.datatypes import float32_to_bf16
 from tests.frontends.grpc.conftest import identity_name
 
 SAMPLES: dict[str, np.ndarray] = {

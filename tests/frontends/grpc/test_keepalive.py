@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ptserve.cli import build_parser
-from ptserve.frontends.grpc import Keepalive
+from ptserve.frontends.grpc.keepalive import Keepalive
 
 
 def test_the_defaults_are_the_reference_servers() -> None:

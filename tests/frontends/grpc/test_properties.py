@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from ptserve.core.errors import ServerError, Status
+from ptserve.common.errors import ServerError, Status
 from ptserve.core.shared_memory import SharedMemoryRegistry
 from ptserve.frontends.grpc import convert
 from tests.frontends.grpc.strategies import check_decode, infer_requests, shm_registry

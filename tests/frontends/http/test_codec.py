@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ptserve.core.errors import ServerError
+from ptserve.common.errors import ServerError
 from ptserve.frontends.http import codec
 
 

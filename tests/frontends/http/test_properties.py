@@ -14,10 +14,10 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ptserve.core import datatypes
-from ptserve.core.errors import ServerError, Status
+from ptserve.common import datatypes
+from ptserve.common.errors import ServerError, Status
 from ptserve.frontends.http import codec
-from ptserve.frontends.http.protocol import HttpProtocol, HttpRequest, HttpResponse
+from ptserve.transports.http1 import HttpProtocol, HttpRequest, HttpResponse
 
 CLIENT_ERRORS = {Status.INVALID_ARGUMENT, Status.UNSUPPORTED}
 

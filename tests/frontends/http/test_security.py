@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from ptserve.frontends.http.restrictions import group_of, parse_restriction
+from ptserve.frontends.http.app import group_of
+from ptserve.frontends.restrictions import parse_restriction
 from tests.frontends.http.rawhttp import error_of, request
 from tests.serverproc import ServerProcess
 

@@ -17,7 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ptserve.core.errors import invalid_arg
+from ptserve.common.errors import invalid_arg
 
 log = logging.getLogger("ptserve.backends.pytorch")
 

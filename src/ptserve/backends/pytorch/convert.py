@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ptserve.core.datatypes import BY_NAME, DataType
-from ptserve.core.errors import invalid_arg
+from ptserve.common.datatypes import BY_NAME, DataType
+from ptserve.common.errors import invalid_arg
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     t.name: getattr(torch, t.torch_name) for t in BY_NAME.values() if t.torch_name

@@ -12,7 +12,7 @@ from typing import Generic, TypeVar
 import torch
 
 from ptserve.backends.base import InstanceSpec
-from ptserve.core.errors import invalid_arg
+from ptserve.common.errors import invalid_arg
 
 log = logging.getLogger("ptserve.backends.pytorch")
 

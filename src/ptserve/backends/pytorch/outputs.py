@@ -17,9 +17,9 @@ import torch
 from ptserve.backends.batch_io import scatter_with_input_shape, source_shapes
 from ptserve.backends.pytorch.binding import bind_outputs
 from ptserve.backends.pytorch.convert import DATATYPE_OF_TORCH, TORCH_DTYPES, from_strings, to_numpy
-from ptserve.core.errors import internal
-from ptserve.core.iospec import IOSpec, ModelIO
-from ptserve.core.prepared import OutputMap, PreparedRequest
+from ptserve.common.errors import internal
+from ptserve.common.iospec import IOSpec, ModelIO
+from ptserve.common.prepared import OutputMap, PreparedRequest
 
 
 class OutputPlan:

@@ -33,7 +33,8 @@ from ptserve.backends.pytorch.runner import (
     sample_device,
 )
 from ptserve.backends.pytorch.settings import POOLS, Settings
-from ptserve.core.errors import invalid_arg
+from ptserve.backends.pytorch.torchscript import TorchScriptModel
+from ptserve.common.errors import invalid_arg
 
 log = logging.getLogger("ptserve.backends.pytorch")
 
@@ -189,8 +190,6 @@ def load(context: LoadContext, path: Path) -> BackendModel:
     POOLS.claim(context.name, settings)
     if path.suffix == ".py":
         return PythonModel(context, path, settings)
-    from ptserve.backends.pytorch.torchscript import TorchScriptModel
-
     log.info("model '%s': Python runtime found '%s'; loading it as TorchScript", context.name, path)
     return TorchScriptModel(context, path, settings)
 

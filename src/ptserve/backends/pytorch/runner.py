@@ -18,16 +18,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from ptserve.backends.base import BackendInstance, BatchResult, ExecutionTimes
+from ptserve.backends.base import BackendInstance
 from ptserve.backends.batch_io import batch_input_array, source_shapes
 from ptserve.backends.pytorch.binding import InputBinding
 from ptserve.backends.pytorch.convert import to_strings, to_torch
 from ptserve.backends.pytorch.devices import Placement, clean_cache, stream_scope
 from ptserve.backends.pytorch.outputs import OutputPlan
 from ptserve.backends.pytorch.settings import POOLS, Settings
-from ptserve.core.errors import ServerError, internal, invalid_arg
-from ptserve.core.iospec import BatchInputSpec, IOSpec, ModelIO
-from ptserve.core.prepared import OutputMap, PreparedRequest
+from ptserve.common.errors import ServerError, internal, invalid_arg
+from ptserve.common.iospec import BatchInputSpec, IOSpec, ModelIO
+from ptserve.common.prepared import BatchResult, ExecutionTimes, OutputMap, PreparedRequest
 
 log = logging.getLogger("ptserve.backends.pytorch")
 

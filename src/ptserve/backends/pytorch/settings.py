@@ -17,10 +17,10 @@ from typing import Any
 
 import torch
 
-from ptserve.backends.pytorch import params
+from ptserve.common.errors import invalid_arg
+from ptserve.config import parameters as params
+from ptserve.config.parameters import execution_timeout_ms
 from ptserve.config.parse import ModelConfig
-from ptserve.core.errors import invalid_arg
-from ptserve.scheduling.watchdog import execution_timeout_ms
 
 log = logging.getLogger("ptserve.backends.pytorch")
 

@@ -19,7 +19,7 @@ from ptserve.backends.pytorch.runner import (
     first_line,
 )
 from ptserve.backends.pytorch.settings import POOLS, Settings
-from ptserve.core.errors import invalid_arg
+from ptserve.common.errors import invalid_arg
 
 log = logging.getLogger("ptserve.backends.pytorch")
 

@@ -13,12 +13,13 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
-from ptserve.core import datatypes, shared_memory
-from ptserve.core.datatypes import DataType
-from ptserve.core.errors import invalid_arg
-from ptserve.core.memo import Memo
+from ptserve.common import datatypes
+from ptserve.common.datatypes import DataType
+from ptserve.common.errors import invalid_arg
+from ptserve.common.memo import Memo
+from ptserve.common.requests import InferRequest, InferResponse, RequestedOutput, Tensor
+from ptserve.core import shared_memory
 from ptserve.core.shared_memory import SharedMemoryRegistry
-from ptserve.core.types import InferRequest, InferResponse, RequestedOutput, Tensor
 from ptserve.frontends import tensors
 
 # Which typed ``contents`` list holds each datatype (FP16 and BF16 have none: raw only).

@@ -17,30 +17,6 @@ from ptserve.frontends.restrictions import Restriction, Restrictions, parse_rest
 KIND = "protocol"
 HEADER_PREFIX = "triton-grpc-protocol-"
 
-# The restriction group of every RPC of inference.GRPCInferenceService, by method name.
-PROTOCOL_OF = {
-    "ServerLive": "health",
-    "ServerReady": "health",
-    "ModelReady": "health",
-    "ServerMetadata": "metadata",
-    "ModelMetadata": "metadata",
-    "ModelInfer": "inference",
-    "ModelStreamInfer": "inference",
-    "ModelConfig": "model-config",
-    "ModelStatistics": "statistics",
-    "RepositoryIndex": "model-repository",
-    "RepositoryModelLoad": "model-repository",
-    "RepositoryModelUnload": "model-repository",
-    "SystemSharedMemoryStatus": "shared-memory",
-    "SystemSharedMemoryRegister": "shared-memory",
-    "SystemSharedMemoryUnregister": "shared-memory",
-    "CudaSharedMemoryStatus": "shared-memory",
-    "CudaSharedMemoryRegister": "shared-memory",
-    "CudaSharedMemoryUnregister": "shared-memory",
-    "TraceSetting": "trace",
-    "LogSettings": "logging",
-}
-
 
 def parse_protocol_restriction(spec: str) -> Restriction:
     """``<protocol>[,<protocol>...]:<key>=<value>``; clients send ``triton-grpc-protocol-<key>``."""

@@ -9,7 +9,7 @@ from typing import Any
 from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 
-from ptserve.core.errors import invalid_arg
+from ptserve.common.errors import invalid_arg
 from ptserve.core.shared_memory import RegionStatus
 from ptserve.core.trace_settings import TraceValue
 

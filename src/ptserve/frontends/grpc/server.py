@@ -12,12 +12,13 @@ from tritonclient.grpc import service_pb2_grpc
 
 from ptserve.core.server import InferenceServer
 from ptserve.frontends.grpc import health
-from ptserve.frontends.grpc.guard import PROTOCOL_OF, guard_service
+from ptserve.frontends.grpc.guard import guard_service
 from ptserve.frontends.grpc.keepalive import Keepalive
-from ptserve.frontends.grpc.native import NativeGrpcServer
 from ptserve.frontends.grpc.servicer import InferenceServicer
+from ptserve.frontends.grpc.status import group_of
 from ptserve.frontends.restrictions import Restrictions
-from ptserve.frontends.tls import server_ssl_context
+from ptserve.transports.http2.server import NativeGrpcServer
+from ptserve.transports.tls import server_ssl_context
 
 SERVICE = "inference.GRPCInferenceService"
 
@@ -48,9 +49,18 @@ class _Collector:
 def inference_handlers(servicer: InferenceServicer) -> dict[str, Any]:
     collector = _Collector()
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, collector)
-    if set(collector.handlers) != set(PROTOCOL_OF):
-        raise RuntimeError(f"unexpected {SERVICE} methods: {sorted(collector.handlers)}")
     return collector.handlers
+
+
+def api_groups() -> dict[str, str]:
+    """The API group of every RPC of the service, as its servicer method declares it."""
+    groups: dict[str, str] = {}
+    for name in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods_by_name:
+        group = group_of(getattr(InferenceServicer, name, None))
+        if group is None:
+            raise RuntimeError(f"{SERVICE}/{name} declares no API group")
+        groups[name] = group
+    return groups
 
 
 TlsFiles = tuple[str, str, str]  # certificate, key, client CA ("" without mutual TLS)
@@ -72,8 +82,9 @@ def guarded_methods(server: InferenceServer, restrictions: Restrictions) -> dict
     """Every method of both services, guarded, keyed by ``/service/method``."""
     methods = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods_by_name
     request_types = {name: method.input_type.full_name for name, method in methods.items()}
-    handlers = inference_handlers(InferenceServicer(server))
-    services = {SERVICE: guard_service(handlers, request_types, PROTOCOL_OF, restrictions)}
+    servicer = InferenceServicer(server)
+    handlers = inference_handlers(servicer)
+    services = {SERVICE: guard_service(handlers, request_types, api_groups(), restrictions)}
     health_handlers = health.health_handlers(server)
     services[health.SERVICE] = guard_service(
         health_handlers,

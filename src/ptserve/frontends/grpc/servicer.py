@@ -10,11 +10,11 @@ from typing import Any
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from ptserve.core.errors import ServerError, unsupported
+from ptserve.common.errors import ServerError, unsupported
 from ptserve.core.server import InferenceServer
 from ptserve.core.shared_memory import CUDA_SHM_UNSUPPORTED
 from ptserve.frontends.grpc import convert, messages
-from ptserve.frontends.grpc.status import rpc
+from ptserve.frontends.grpc.status import api_group, rpc
 
 log = logging.getLogger("ptserve.grpc")
 
@@ -31,33 +31,33 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
     # --- health and metadata ---------------------------------------------------------------
 
-    @rpc
+    @rpc("health")
     async def ServerLive(self, request: Any, context: Any) -> Any:
         return pb.ServerLiveResponse(live=self.server.live)
 
-    @rpc
+    @rpc("health")
     async def ServerReady(self, request: Any, context: Any) -> Any:
         return pb.ServerReadyResponse(ready=self.server.ready)
 
-    @rpc
+    @rpc("health")
     async def ModelReady(self, request: Any, context: Any) -> Any:
         ready = self.server.model_ready(request.name, request.version)
         return pb.ModelReadyResponse(ready=ready)
 
-    @rpc
+    @rpc("metadata")
     async def ServerMetadata(self, request: Any, context: Any) -> Any:
         return messages.server_metadata(self.server.metadata())
 
-    @rpc
+    @rpc("metadata")
     async def ModelMetadata(self, request: Any, context: Any) -> Any:
         return messages.model_metadata(self.server.model_metadata(request.name, request.version))
 
-    @rpc
+    @rpc("model-config")
     async def ModelConfig(self, request: Any, context: Any) -> Any:
         config = self.server.model_version(request.name, request.version).config
         return pb.ModelConfigResponse(config=config)
 
-    @rpc
+    @rpc("statistics")
     async def ModelStatistics(self, request: Any, context: Any) -> Any:
         return messages.model_statistics(self.server.statistics(request.name, request.version))
 
@@ -68,10 +68,11 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         response = await self.server.infer(decoded)
         return convert.encode_response(response, self.server.shared_memory)
 
-    @rpc
+    @rpc("inference")
     async def ModelInfer(self, request: Any, context: Any) -> Any:
         return await self._infer(request)
 
+    @api_group("inference")
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[Any], context: Any
     ) -> AsyncIterator[Any]:
@@ -124,11 +125,11 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
     # --- repository ------------------------------------------------------------------------
 
-    @rpc
+    @rpc("model-repository")
     async def RepositoryIndex(self, request: Any, context: Any) -> Any:
         return messages.repository_index(self.server.repository_index(request.ready))
 
-    @rpc
+    @rpc("model-repository")
     async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
         params = request.parameters
         config = params["config"].string_param if "config" in params else None
@@ -136,7 +137,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         await self.server.load_model(request.model_name, config, files)
         return pb.RepositoryModelLoadResponse()
 
-    @rpc
+    @rpc("model-repository")
     async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
         params = request.parameters
         dependents = "unload_dependents" in params and params["unload_dependents"].bool_param
@@ -145,40 +146,40 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
     # --- shared memory ---------------------------------------------------------------------
 
-    @rpc
+    @rpc("shared-memory")
     async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
         return messages.system_shm_status(self.server.shared_memory.status(request.name))
 
-    @rpc
+    @rpc("shared-memory")
     async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
         self.server.shared_memory.register(
             request.name, request.key, request.offset, request.byte_size
         )
         return pb.SystemSharedMemoryRegisterResponse()
 
-    @rpc
+    @rpc("shared-memory")
     async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
         self.server.shared_memory.unregister(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
-    @rpc
+    @rpc("shared-memory")
     async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
         if request.name:
             raise unsupported(CUDA_SHM_UNSUPPORTED)
         return pb.CudaSharedMemoryStatusResponse()
 
-    @rpc
+    @rpc("shared-memory")
     async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
         raise unsupported(CUDA_SHM_UNSUPPORTED)
 
-    @rpc
+    @rpc("shared-memory")
     async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
         # Nothing can be registered, so unregistering (all, or a name) has nothing to do.
         return pb.CudaSharedMemoryUnregisterResponse()
 
     # --- settings --------------------------------------------------------------------------
 
-    @rpc
+    @rpc("trace")
     async def TraceSetting(self, request: Any, context: Any) -> Any:
         if request.settings:
             changes = messages.trace_settings_request(request.settings)
@@ -187,7 +188,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             settings = self.server.get_trace_settings(request.model_name)
         return messages.trace_settings_response(settings)
 
-    @rpc
+    @rpc("logging")
     async def LogSettings(self, request: Any, context: Any) -> Any:
         if request.settings:
             changes = messages.log_settings_request(request.settings)

@@ -1,4 +1,5 @@
-"""ServerError → gRPC status, from the core's single error table."""
+"""ServerError → gRPC status, from the core's single error table; the API group of each RPC
+(what ``--grpc-restricted-protocol`` names), declared where the RPC is."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from ptserve.core.errors import ServerError, Status
+from ptserve.common.errors import ServerError, Status
 
 log = logging.getLogger("ptserve.grpc")
 
@@ -21,23 +22,51 @@ def grpc_code(status: Status) -> grpc.StatusCode:
     return grpc.StatusCode[status.grpc_code_name]
 
 
+GROUP_ATTRIBUTE = "api_group"
+Method = TypeVar("Method", bound=Callable[..., Any])
+
+
+def api_group(group: str) -> Callable[[Method], Method]:
+    """Declare the API group of a servicer method (for a streaming RPC; ``rpc`` does it for the
+    unary ones)."""
+
+    def mark(method: Method) -> Method:
+        setattr(method, GROUP_ATTRIBUTE, group)
+        return method
+
+    return mark
+
+
+def group_of(method: Any) -> str | None:
+    """The API group a servicer method declares, or None."""
+    group = getattr(method, GROUP_ATTRIBUTE, None)
+    return group if isinstance(group, str) else None
+
+
 def rpc(
-    method: Callable[[Any, Any, Any], Awaitable[Reply]],
-) -> Callable[[Any, Any, Any], Awaitable[Reply]]:
-    """Wrap a unary RPC so a ServerError ends the call with its code and message, and anything
-    unexpected with INTERNAL (logged, since it is a bug of ours)."""
+    group: str,
+) -> Callable[
+    [Callable[[Any, Any, Any], Awaitable[Reply]]], Callable[[Any, Any, Any], Awaitable[Reply]]
+]:
+    """A unary RPC of API group ``group``: a ServerError ends the call with its code and
+    message, and anything unexpected with INTERNAL (logged, since it is a bug of ours)."""
 
-    @functools.wraps(method)
-    async def wrapper(self: Any, request: Any, context: Any) -> Reply:
-        try:
-            return await method(self, request, context)
-        except ServerError as exc:
-            await context.abort(grpc_code(exc.status), exc.message)
-        except Exception as exc:
-            if isinstance(exc, grpc.aio.AbortError):
-                raise
-            log.exception("gRPC %s failed", method.__name__)
-            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {exc!r}")
-        raise AssertionError("context.abort returned")  # pragma: no cover
+    def wrap(
+        method: Callable[[Any, Any, Any], Awaitable[Reply]],
+    ) -> Callable[[Any, Any, Any], Awaitable[Reply]]:
+        @functools.wraps(method)
+        async def wrapper(self: Any, request: Any, context: Any) -> Reply:
+            try:
+                return await method(self, request, context)
+            except ServerError as exc:
+                await context.abort(grpc_code(exc.status), exc.message)
+            except Exception as exc:
+                if isinstance(exc, grpc.aio.AbortError):
+                    raise
+                log.exception("gRPC %s failed", method.__name__)
+                await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {exc!r}")
+            raise AssertionError("context.abort returned")  # pragma: no cover
 
-    return wrapper
+        return api_group(group)(wrapper)
+
+    return wrap

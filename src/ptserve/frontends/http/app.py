@@ -12,13 +12,13 @@ from urllib.parse import unquote
 
 import orjson
 
-from ptserve.core.errors import ServerError, invalid_arg, not_found, unsupported
+from ptserve.common.errors import ServerError, invalid_arg, not_found, unsupported
+from ptserve.common.requests import InferResponse
 from ptserve.core.server import InferenceServer
 from ptserve.core.shared_memory import CUDA_SHM_UNSUPPORTED
-from ptserve.core.types import InferResponse
 from ptserve.frontends.http import codec, compression
-from ptserve.frontends.http.protocol import HttpRequest, HttpResponse
-from ptserve.frontends.http.restrictions import Restrictions, group_of
+from ptserve.frontends.restrictions import Restrictions
+from ptserve.transports.http1 import HttpRequest, HttpResponse
 
 log = logging.getLogger("ptserve.http")
 
@@ -28,6 +28,38 @@ _MODEL = r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?"
 _REPO_MODEL = r"/v2/repository/models/(?P<model>[^/]+)"
 _SHM = r"/v2/(?P<kind>system|cuda)sharedmemory(?:/region/(?P<region>[^/]+))?"
 _SHM_REGION = r"/v2/(?P<kind>system|cuda)sharedmemory/region/(?P<region>[^/]+)"
+
+# Every route: its path pattern, its API group (what ``--http-restricted-api`` names) and the
+# ``HttpApp`` method that answers each HTTP method. Matched in this order.
+ROUTES: tuple[tuple[str, str, dict[str, str]], ...] = (
+    (_SHM + r"/status", "shared-memory", {"GET": "shm_status"}),
+    (_SHM_REGION + r"/register", "shared-memory", {"POST": "shm_register"}),
+    (_SHM + r"/unregister", "shared-memory", {"POST": "shm_unregister"}),
+    (r"/v2/health/live", "health", {"GET": "health_live"}),
+    (r"/v2/health/ready", "health", {"GET": "health_ready"}),
+    (r"/v2", "metadata", {"GET": "server_metadata"}),
+    (r"/v2/models/stats", "statistics", {"GET": "model_stats"}),
+    (r"/v2/repository/index", "model-repository", {"POST": "repository_index"}),
+    (_REPO_MODEL + r"/load", "model-repository", {"POST": "repository_load"}),
+    (_REPO_MODEL + r"/unload", "model-repository", {"POST": "repository_unload"}),
+    (r"/v2/logging", "logging", {"GET": "log_settings", "POST": "log_settings"}),
+    (r"/v2/trace/setting", "trace", {"GET": "trace_settings", "POST": "trace_settings"}),
+    (_MODEL + r"/trace/setting", "trace", {"GET": "trace_settings", "POST": "trace_settings"}),
+    (_MODEL + r"/ready", "health", {"GET": "model_ready"}),
+    (_MODEL + r"/config", "model-config", {"GET": "model_config"}),
+    (_MODEL + r"/stats", "statistics", {"GET": "model_stats"}),
+    (_MODEL + r"/infer", "inference", {"POST": "infer"}),
+    (_MODEL, "metadata", {"GET": "model_metadata"}),
+)
+_COMPILED = tuple((re.compile(pattern), group, names) for pattern, group, names in ROUTES)
+
+
+def group_of(path: str) -> str | None:
+    """The API group of a routed path; None for a path no route takes."""
+    for pattern, group, _ in _COMPILED:
+        if pattern.fullmatch(path):
+            return group
+    return None
 
 
 # Routed paths remembered (most requests repeat a few paths); forgotten all at once when full.
@@ -53,7 +85,7 @@ class _Routed:
 
     __slots__ = ("group", "methods", "params")
 
-    def __init__(self, methods: dict[str, Route], params: dict[str, str], group: str | None):
+    def __init__(self, methods: dict[str, Route], params: dict[str, str], group: str):
         self.methods = methods
         self.params = params
         self.group = group
@@ -73,46 +105,26 @@ class HttpApp:
         self.restrictions = restrictions or Restrictions([])
         self._restricted = bool(self.restrictions)
         self.headers = codec.HeaderCache()  # infer headers seen before
-        self.routes: list[tuple[re.Pattern[str], dict[str, Route]]] = [
-            (re.compile(_SHM + r"/status"), {"GET": self.shm_status}),
-            (re.compile(_SHM_REGION + r"/register"), {"POST": self.shm_register}),
-            (re.compile(_SHM + r"/unregister"), {"POST": self.shm_unregister}),
-            (re.compile(r"/v2/health/live"), {"GET": self.health_live}),
-            (re.compile(r"/v2/health/ready"), {"GET": self.health_ready}),
-            (re.compile(r"/v2"), {"GET": self.server_metadata}),
-            (re.compile(r"/v2/models/stats"), {"GET": self.model_stats}),
-            (re.compile(r"/v2/repository/index"), {"POST": self.repository_index}),
-            (re.compile(_REPO_MODEL + r"/load"), {"POST": self.repository_load}),
-            (re.compile(_REPO_MODEL + r"/unload"), {"POST": self.repository_unload}),
-            (re.compile(r"/v2/logging"), {"GET": self.log_settings, "POST": self.log_settings}),
-            (re.compile(r"/v2/trace/setting"), self._both(self.trace_settings)),
-            (re.compile(_MODEL + r"/trace/setting"), self._both(self.trace_settings)),
-            (re.compile(_MODEL + r"/ready"), {"GET": self.model_ready}),
-            (re.compile(_MODEL + r"/config"), {"GET": self.model_config}),
-            (re.compile(_MODEL + r"/stats"), {"GET": self.model_stats}),
-            (re.compile(_MODEL + r"/infer"), {"POST": self.infer}),
-            (re.compile(_MODEL), {"GET": self.model_metadata}),
+        self.routes: list[tuple[re.Pattern[str], str, dict[str, Route]]] = [
+            (pattern, group, {method: getattr(self, name) for method, name in names.items()})
+            for pattern, group, names in _COMPILED
         ]
-        self._infer_first = [r for r in self.routes if r[1].get("POST") == self.infer]
+        # Inference first when the path ends so: it is nearly all of the traffic.
+        self._infer_first = [r for r in self.routes if r[1] == "inference"]
         self._infer_first += [r for r in self.routes if r not in self._infer_first]
         self._routed: dict[str, _Routed] = {}
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:
         routed = self._routed.get(request.path)
         if routed is None:
-            path = request.path.rstrip("/") or "/"
-            if self._restricted:
-                denial = self.restrictions.denial(path, request.headers)
-                if denial is not None:
-                    return HttpResponse.error(403, denial)
-            found = self._route(path)
+            found = self._route(request.path.rstrip("/") or "/")
             if found is None:
                 return HttpResponse.error(404, f"not found: {request.path}")
             routed = found
             if len(self._routed) >= _ROUTE_CACHE_SIZE:
                 self._routed.clear()
             self._routed[request.path] = routed
-        elif self._restricted and routed.group is not None:
+        if self._restricted:
             denial = self.restrictions.check(routed.group, request.headers)
             if denial is not None:
                 return HttpResponse.error(403, denial)
@@ -129,11 +141,11 @@ class HttpApp:
     def _route(self, path: str) -> _Routed | None:
         # Inference first: it is nearly all of the traffic.
         routes = self.routes if not path.endswith("/infer") else self._infer_first
-        for pattern, methods in routes:
+        for pattern, group, methods in routes:
             match = pattern.fullmatch(path)
             if match is not None:
                 params = {k: _unquote(v) for k, v in match.groupdict().items() if v is not None}
-                return _Routed(methods, params, group_of(path))
+                return _Routed(methods, params, group)
         return None
 
     # --- health and metadata ---------------------------------------------------------------
@@ -243,10 +255,6 @@ class HttpApp:
         return HttpResponse.empty(200)
 
     # --- repository, logging and trace ------------------------------------------------------
-
-    @staticmethod
-    def _both(handler: Route) -> dict[str, Route]:
-        return {"GET": handler, "POST": handler}
 
     async def repository_index(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
         ready = json_body(request).get("ready", False)

@@ -8,11 +8,11 @@ from typing import Any
 
 import orjson
 
-from ptserve.core import datatypes
-from ptserve.core.errors import invalid_arg
-from ptserve.core.memo import Memo
+from ptserve.common import datatypes
+from ptserve.common.errors import invalid_arg
+from ptserve.common.memo import Memo
+from ptserve.common.requests import InferRequest, InferResponse, RequestedOutput, Tensor
 from ptserve.core.shared_memory import SharedMemoryRegistry, output_placements, placement
-from ptserve.core.types import InferRequest, InferResponse, RequestedOutput, Tensor
 from ptserve.frontends import tensors
 
 HEADER_LENGTH = "inference-header-content-length"

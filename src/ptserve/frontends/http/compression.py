@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import zlib
 
-from ptserve.core.errors import invalid_arg, unsupported
+from ptserve.common.errors import invalid_arg, unsupported
 
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 

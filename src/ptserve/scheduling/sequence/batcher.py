@@ -12,13 +12,13 @@ import threading
 import time
 from collections.abc import Iterator
 
+from ptserve.common.errors import ServerError, invalid_arg, unavailable
+from ptserve.common.iospec import ModelIO
+from ptserve.common.prepared import OutputMap, PreparedRequest
+from ptserve.common.sequence_io import CORRID
+from ptserve.common.stats import ModelStats
 from ptserve.config.autocomplete import DEFAULT_SEQUENCE_IDLE_US
 from ptserve.config.parse import ModelConfig
-from ptserve.core.errors import ServerError, invalid_arg, unavailable
-from ptserve.core.iospec import ModelIO
-from ptserve.core.prepared import OutputMap, PreparedRequest
-from ptserve.core.sequence_io import CORRID
-from ptserve.core.stats import ModelStats
 from ptserve.scheduling.base import Scheduler
 from ptserve.scheduling.batching import BatchRule
 from ptserve.scheduling.hold import POLL_SECONDS, Hold

@@ -6,10 +6,10 @@ from collections.abc import Hashable
 
 import numpy as np
 
-from ptserve.core.errors import invalid_arg
-from ptserve.core.iospec import ModelIO
-from ptserve.core.prepared import OutputMap, PreparedRequest
-from ptserve.core.sequence_io import CORRID, END, READY, START, Control, SequenceIO
+from ptserve.common.errors import invalid_arg
+from ptserve.common.iospec import ModelIO
+from ptserve.common.prepared import OutputMap, PreparedRequest
+from ptserve.common.sequence_io import CORRID, END, READY, START, Control, SequenceIO
 from ptserve.scheduling.sequence.slots import Sequence
 from ptserve.scheduling.work import WorkItem
 

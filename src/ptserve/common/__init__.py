@@ -1,0 +1,1 @@
+"""Shared types and tables: the bottom layer, imported by every other one."""

@@ -1,0 +1,141 @@
+"""Instance workers and their pool: with the default scheduler a request runs on the caller
+(inline) when an instance is idle and its executions are short, else it is queued."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from ptserve.backends.base import BackendInstance
+from ptserve.common.prepared import BatchResult, ExecutionTimes, OutputMap, PreparedRequest
+from ptserve.common.stats import ModelStats
+from ptserve.scheduling.default import DefaultScheduler
+from ptserve.scheduling.work import WorkItem
+from ptserve.scheduling.worker import InstanceWorker, WorkerPool, inline_limit_ns
+
+LIMIT_NS = 500_000  # the default MAX_INLINE_EXECUTION_US
+
+T = TypeVar("T")
+
+
+class Recorder(BackendInstance):
+    """Answers every request with the identity of the thread that ran it."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+        self.threads: list[int] = []
+
+    def execute(self, batch: Sequence[PreparedRequest]) -> BatchResult:
+        self.threads.append(threading.get_ident())
+        time.sleep(self.delay)
+        results: list[OutputMap | Exception] = [
+            {"OUT": np.array([threading.get_ident()], dtype=np.int64)} for _ in batch
+        ]
+        return BatchResult(results, ExecutionTimes())  # type: ignore[arg-type]
+
+
+def request() -> PreparedRequest:
+    return PreparedRequest("", {"IN": np.zeros(1, np.float32)}, 1, ("OUT",))
+
+
+def setup(delay: float = 0.0, inline_ns: int = LIMIT_NS) -> tuple[WorkerPool, InstanceWorker]:
+    stats = ModelStats()
+    scheduler = DefaultScheduler(stats)
+    worker = InstanceWorker("probe", 0, Recorder(delay), scheduler, stats, inline_ns)
+    pool = WorkerPool(scheduler, [worker])
+    pool.start()
+    return pool, worker
+
+
+async def run(pool: WorkerPool) -> int:
+    item = WorkItem(request(), asyncio.get_running_loop())
+    pool.submit(item)
+    return int((await item.future)["OUT"][0])
+
+
+def finish(pool: WorkerPool, main: Coroutine[Any, Any, T]) -> T:
+    """Run ``main`` on a fresh event loop, then stop the worker."""
+    try:
+        return asyncio.run(main)
+    finally:
+        pool.stop("probe", 5)
+
+
+async def one_by_one(pool: WorkerPool, count: int = 3, pause: float = 0.0) -> list[int]:
+    """The threads that ran ``count`` requests sent one after the other."""
+    threads = []
+    for _ in range(count):
+        threads.append(await run(pool))
+        await asyncio.sleep(pause)
+    return threads
+
+
+def test_first_request_goes_to_the_worker_then_fast_ones_run_on_the_loop() -> None:
+    pool, worker = setup()
+    # The pause lets the worker let go of the instance after answering.
+    threads = finish(pool, one_by_one(pool, pause=0.01))
+    loop_thread = threading.get_ident()
+    # Nothing is known of the model before its first execution, so that one runs on the worker.
+    assert threads[0] == worker.thread.ident
+    assert threads[1:] == [loop_thread, loop_thread]
+    assert worker.average_ns < LIMIT_NS
+
+
+def test_slow_executions_stay_on_the_worker() -> None:
+    pool, worker = setup(delay=2 * LIMIT_NS / 1e9)
+    threads = finish(pool, one_by_one(pool))
+    assert threads == [worker.thread.ident] * 3
+    assert worker.average_ns > LIMIT_NS
+
+
+def test_without_inline_runs_everything_goes_to_the_worker() -> None:
+    pool, worker = setup(inline_ns=0)
+    threads = finish(pool, one_by_one(pool, pause=0.01))
+    assert threads == [worker.thread.ident] * 3
+
+
+def test_a_busy_instance_makes_the_request_queue() -> None:
+    pool, worker = setup()
+
+    async def main() -> int:
+        await run(pool)  # the first, measured, execution
+        with worker.claim:  # the instance is busy: the request must wait for the worker
+            item = WorkItem(request(), asyncio.get_running_loop())
+            pool.submit(item)
+            await asyncio.sleep(0.05)
+            assert not item.future.done()
+        return int((await item.future)["OUT"][0])
+
+    assert finish(pool, main()) == worker.thread.ident
+
+
+def test_a_queued_request_is_not_overtaken() -> None:
+    """While a request waits in the queue, a new one queues behind it instead of running
+    inline ahead of it, though the instance is free by the time it arrives."""
+    pool, worker = setup()
+
+    async def main() -> list[int]:
+        await run(pool)
+        loop = asyncio.get_running_loop()
+        with worker.claim:
+            first = WorkItem(request(), loop)
+            pool.submit(first)  # queued: the instance is busy
+            await asyncio.sleep(0.01)
+        second = WorkItem(request(), loop)
+        pool.submit(second)
+        return [int((await item.future)["OUT"][0]) for item in (first, second)]
+
+    assert finish(pool, main()) == [worker.thread.ident] * 2
+
+
+def test_inline_only_for_cpu_instances_without_a_timeout() -> None:
+    assert inline_limit_ns("KIND_CPU", 500, 0) == 500_000
+    assert inline_limit_ns("KIND_CPU", 0, 0) == 0  # MAX_INLINE_EXECUTION_US 0: off
+    assert inline_limit_ns("KIND_CPU", 500, 100) == 0  # EXECUTION_TIMEOUT_MS set
+    assert inline_limit_ns("KIND_GPU", 500, 0) == 0
+    assert inline_limit_ns("KIND_MODEL", 500, 0) == 0
