@@ -6,6 +6,7 @@ import json
 import shutil
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -315,3 +316,50 @@ def test_a_repeated_request_is_checked_again_after_the_model_changes(
         for tensor in small:
             tensor.set_data_from_numpy(np.ones((1, 8), np.int32), **binary)
         assert client.infer("simple", small).as_numpy("OUTPUT0").tolist() == [[2] * 8]
+
+
+def test_load_and_unload_parameters_of_the_wrong_type_are_refused_on_both_protocols(
+    tmp_path: Path,
+) -> None:
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    repository = tmp_path / "repo"
+    write_slow(repository, "scaled", {1: 1.0}, iterations=1)
+    with ServerProcess([repository], ["--model-control-mode", "explicit"]) as server:
+        for path, body, words in (
+            ("load", {"parameters": {"config": 5}}, "parameter 'config' must be a string"),
+            ("load", {"parameters": {"file:1/model.pt": True}}, "must be base64 text"),
+            ("unload", {"parameters": {"unload_dependents": "yes"}}, "must be true or false"),
+        ):
+            request = urllib.request.Request(
+                f"http://{server.http_url}/v2/repository/models/scaled/{path}",
+                data=json.dumps(body).encode(),
+                method="POST",
+            )
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=10)
+            assert refused.value.code == 400
+            assert words in json.loads(refused.value.read())["error"]
+
+        with grpc.insecure_channel(server.grpc_url) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            load = service_pb2.RepositoryModelLoadRequest(model_name="scaled")
+            load.parameters["config"].bytes_param = b"{}"
+            unload = service_pb2.RepositoryModelUnloadRequest(model_name="scaled")
+            unload.parameters["unload_dependents"].string_param = "yes"
+            upload = service_pb2.RepositoryModelLoadRequest(model_name="scaled")
+            upload.parameters["config"].string_param = "{}"
+            upload.parameters["file:1/model.pt"].string_param = "not bytes"
+            for call, message, words in (
+                (stub.RepositoryModelLoad, load, "parameter 'config' must be a string"),
+                (stub.RepositoryModelUnload, unload, "must be true or false"),
+                (stub.RepositoryModelLoad, upload, "parameter 'file:1/model.pt' must be bytes"),
+            ):
+                with pytest.raises(grpc.RpcError) as failed:
+                    call(message, timeout=10)
+                assert failed.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                assert words in str(failed.value.details())
+        # Nothing was loaded or unloaded by the refused requests.
+        client = httpclient.InferenceServerClient(server.http_url)
+        assert not client.is_model_ready("scaled")

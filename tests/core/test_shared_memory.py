@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from ptserve.common.errors import ServerError, Status
-from ptserve.core.shared_memory import Placement, SharedMemoryRegistry, placement
+from ptserve.common.requests import Placement
+from ptserve.core.shared_memory import SharedMemoryRegistry
 
 
 @pytest.fixture()
@@ -72,16 +73,3 @@ def test_disabled_registry_refuses(tmp_path: Path) -> None:
     assert _status(error) is Status.UNAVAILABLE
     assert error.value.message.startswith("Client shared memory is disabled")
     assert "--allow-client-shm" in error.value.message
-
-
-def test_placement_parameters() -> None:
-    assert placement("input 'x'", {}) is None
-    found = placement(
-        "input 'x'",
-        {"shared_memory_region": "r", "shared_memory_byte_size": 4, "shared_memory_offset": 2},
-    )
-    assert found == Placement("r", 4, 2)
-    with pytest.raises(ServerError, match="needs shared_memory_byte_size"):
-        placement("input 'x'", {"shared_memory_region": "r"})
-    with pytest.raises(ServerError, match="non-negative integer"):
-        placement("input 'x'", {"shared_memory_region": "r", "shared_memory_byte_size": -1})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ptserve.common.datatypes import DataType
 from ptserve.common.sequence_io import SequenceIO
@@ -74,10 +74,18 @@ class ModelIO:
     # Ragged batching: tensors generated per batch for the model, and outputs scattered back.
     batch_inputs: tuple[BatchInputSpec, ...] = ()
     batch_outputs: tuple[BatchOutputSpec, ...] = ()
+    # Looked up on every request: derived once from the fields above.
+    batching: bool = field(init=False)
+    output_names: tuple[str, ...] = field(init=False)
+    _inputs_by_name: dict[str, IOSpec] = field(init=False, repr=False, compare=False)
+    _outputs_by_name: dict[str, IOSpec] = field(init=False, repr=False, compare=False)
 
-    @property
-    def batching(self) -> bool:
-        return self.max_batch_size > 0
+    def __post_init__(self) -> None:
+        setattr_ = object.__setattr__
+        setattr_(self, "batching", self.max_batch_size > 0)
+        setattr_(self, "output_names", tuple(spec.name for spec in self.outputs))
+        setattr_(self, "_inputs_by_name", {spec.name: spec for spec in self.inputs})
+        setattr_(self, "_outputs_by_name", {spec.name: spec for spec in self.outputs})
 
     @property
     def model_inputs(self) -> tuple[IOSpec, ...]:
@@ -101,13 +109,7 @@ class ModelIO:
         return self.outputs + self.extra_outputs
 
     def input(self, name: str) -> IOSpec | None:
-        for spec in self.inputs:
-            if spec.name == name:
-                return spec
-        return None
+        return self._inputs_by_name.get(name)
 
     def output(self, name: str) -> IOSpec | None:
-        for spec in self.outputs:
-            if spec.name == name:
-                return spec
-        return None
+        return self._outputs_by_name.get(name)

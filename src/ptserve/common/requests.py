@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,17 +23,25 @@ class Tensor:
         return tuple(self.data.shape)
 
 
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a tensor lives in a registered shared-memory region: its window inside it."""
+
+    region: str
+    byte_size: int
+    offset: int = 0
+
+
 @dataclass(slots=True)
 class RequestedOutput:
-    """An output the client asked for, with the parameters the core acts on.
-
-    Transport-only parameters (``binary_data``, shared-memory placement) stay in ``parameters``
-    for the frontend that set them.
-    """
+    """An output the client asked for, with what the core acts on (``classification``) and what
+    the frontend that decoded it answers with (its ``parameters``, e.g. ``binary_data``, and the
+    shared-memory ``placement`` read from them)."""
 
     name: str
     classification: int = 0
     parameters: dict[str, Any] = field(default_factory=dict)
+    placement: Placement | None = None
 
 
 @dataclass(slots=True)
@@ -47,10 +54,6 @@ class InferRequest:
     inputs: list[Tensor] = field(default_factory=list)
     outputs: list[RequestedOutput] | None = None  # None: every output
     parameters: dict[str, Any] = field(default_factory=dict)
-    # Set by a frontend when every request with this signature has the same names, types,
-    # shapes, outputs and parameters (only the tensor data differs): the core then checks the
-    # first one against the model and reuses the outcome.
-    signature: Hashable | None = None
 
 
 @dataclass(slots=True)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -11,81 +9,36 @@ import numpy as np
 from ptserve.common import datatypes
 from ptserve.common.errors import invalid_arg
 from ptserve.common.iospec import IOSpec, ModelIO
-from ptserve.common.memo import Memo
 from ptserve.common.prepared import OutputMap, PreparedRequest
 from ptserve.common.requests import InferRequest, InferResponse, RequestedOutput, Tensor
 
 
-@dataclass(slots=True, frozen=True)
-class PreparePlan:
-    """What checking one request against the model decided, reused for every later request
-    of the same signature (the same names, types, shapes and outputs; other tensor data)."""
-
-    placements: tuple[tuple[int, IOSpec], ...]  # (position in request.inputs, spec), config order
-    batch_size: int
-    outputs: tuple[str, ...]
-    requested: list[RequestedOutput]
-
-    def apply(
-        self, request: InferRequest, batching: bool
-    ) -> tuple[PreparedRequest, list[RequestedOutput]]:
-        inputs = request.inputs
-        arrays = {
-            spec.name: _reshape_for_model(inputs[position].data, spec, batching)
-            for position, spec in self.placements
-        }
-        prepared = PreparedRequest(
-            id=request.id,
-            inputs=arrays,
-            batch_size=self.batch_size,
-            outputs=self.outputs,
-            parameters=request.parameters,
-        )
-        return prepared, self.requested
-
-
-PlanCache = Memo[Hashable, PreparePlan]  # one per model version: a reload starts afresh
-
-
-def prepare(
-    request: InferRequest, io: ModelIO, plans: PlanCache | None = None
-) -> tuple[PreparedRequest, list[RequestedOutput]]:
+def prepare(request: InferRequest, io: ModelIO) -> tuple[PreparedRequest, list[RequestedOutput]]:
     """Validate names, types and shapes; reshape for the model; decide the outputs to return.
 
-    With ``plans``, a request whose signature was checked before skips the checks.
+    Checked in the reference's order: the requested outputs first, then each input's name, the
+    missing inputs, and the inputs' datatypes and shapes in config order.
     """
-    signature = request.signature
-    if signature is not None and plans is not None and (plan := plans.get(signature)) is not None:
-        return plan.apply(request, io.batching)
     model = request.model_name
-    requested = _requested_outputs(request, io)  # first, as the reference: it names the output
+    requested = _requested_outputs(request, io)
     seen: dict[str, Tensor] = {}
-    positions: dict[str, int] = {}
-    for position, tensor in enumerate(request.inputs):
+    for tensor in request.inputs:
         if tensor.name in seen:
             raise invalid_arg(f"input '{tensor.name}' appears more than once in the request")
         if io.input(tensor.name) is None:
-            if any(tensor.name in b.targets for b in io.batch_inputs):
-                raise invalid_arg(
-                    f"unexpected inference input '{tensor.name}' for model '{model}': it is a "
-                    "batch input, which the server computes for each batch; it expects "
-                    f"{_names(io.inputs)}"
-                )
-            raise invalid_arg(
-                f"unexpected inference input '{tensor.name}' for model '{model}'; "
-                f"it expects {_names(io.inputs)}"
-            )
+            raise _unexpected_input(tensor.name, io, model)
         seen[tensor.name] = tensor
-        positions[tensor.name] = position
-    missing = [s.name for s in io.inputs if s.name not in seen and not s.optional]
-    if missing:
-        required = [s for s in io.inputs if not s.optional]
-        raise invalid_arg(
-            f"expected {len(required)} inputs but got {len(seen)} inputs for model '{model}'. "
-            f"Got input(s) {_names_list(list(seen))}, but missing required input(s) "
-            f"{_names_list(missing)}. Please provide all required input(s)."
-        )
+    if len(seen) < len(io.inputs):
+        missing = [s.name for s in io.inputs if s.name not in seen and not s.optional]
+        if missing:
+            required = [s for s in io.inputs if not s.optional]
+            raise invalid_arg(
+                f"expected {len(required)} inputs but got {len(seen)} inputs for model "
+                f"'{model}'. Got input(s) {_names_list(list(seen))}, but missing required "
+                f"input(s) {_names_list(missing)}. Please provide all required input(s)."
+            )
 
+    batching = io.batching
     batch_size = 0
     arrays: dict[str, np.ndarray] = {}
     for spec in io.inputs:
@@ -98,22 +51,10 @@ def prepare(
                 f"inference input '{spec.name}' data-type is '{tensor.datatype.name}', but model "
                 f"'{model}' expects '{spec.datatype.name}'"
             )
-        shape = tensor.shape
-        if io.batching:
-            if not shape:
-                raise invalid_arg(
-                    f"input '{spec.name}' of model '{model}' needs a batch dimension: expected "
-                    f"shape {_shape(spec.full_shape(True))}, got []"
-                )
-            this_batch = shape[0]
-            if this_batch < 1 or this_batch > io.max_batch_size:
-                raise invalid_arg(
-                    f"inference request batch-size must be <= {io.max_batch_size} for "
-                    f"'{model}', got {this_batch} for input '{spec.name}'"
-                    if this_batch > io.max_batch_size
-                    else f"inference request batch-size must be >= 1 for '{model}', got "
-                    f"{this_batch} for input '{spec.name}'"
-                )
+        shape = tensor.data.shape
+        item_shape = shape
+        if batching:
+            this_batch = _batch_size(spec, shape, io, model)
             if batch_size and this_batch != batch_size:
                 raise invalid_arg(
                     f"input '{spec.name}' of model '{model}' has batch size {this_batch}, but "
@@ -121,28 +62,58 @@ def prepare(
                 )
             batch_size = this_batch
             item_shape = shape[1:]
-        else:
-            item_shape = shape
         if not spec.allow_ragged_batch and not _shape_matches(item_shape, spec.dims):
             raise invalid_arg(
                 f"unexpected shape for input '{spec.name}' for model '{model}'. Expected "
-                f"{_shape(spec.full_shape(io.batching))}, got {_shape(list(shape))}"
+                f"{_shape(spec.full_shape(batching))}, got {_shape(list(shape))}"
             )
-        arrays[spec.name] = _reshape_for_model(tensor.data, spec, io.batching)
+        arrays[spec.name] = _reshape_for_model(tensor.data, spec, batching)
 
+    if request.outputs is None:
+        outputs = io.output_names
+    else:
+        wanted = {r.name for r in requested}
+        outputs = tuple(name for name in io.output_names if name in wanted)
     prepared = PreparedRequest(
         id=request.id,
         inputs=arrays,
-        batch_size=batch_size if io.batching else 1,
-        outputs=tuple(o.name for o in io.outputs if o.name in {r.name for r in requested}),
+        batch_size=batch_size if batching else 1,
+        outputs=outputs,
         parameters=request.parameters,
     )
-    if signature is not None and plans is not None:
-        placements = tuple((positions[s.name], s) for s in io.inputs if s.name in arrays)
-        plans.put(
-            signature, PreparePlan(placements, prepared.batch_size, prepared.outputs, requested)
-        )
     return prepared, requested
+
+
+def _unexpected_input(name: str, io: ModelIO, model: str) -> Exception:
+    if any(name in b.targets for b in io.batch_inputs):
+        return invalid_arg(
+            f"unexpected inference input '{name}' for model '{model}': it is a batch input, "
+            f"which the server computes for each batch; it expects {_names(io.inputs)}"
+        )
+    return invalid_arg(
+        f"unexpected inference input '{name}' for model '{model}'; it expects {_names(io.inputs)}"
+    )
+
+
+def _batch_size(spec: IOSpec, shape: tuple[int, ...], io: ModelIO, model: str) -> int:
+    """The batch dimension of one input of a batching model, within 1..max_batch_size."""
+    if not shape:
+        raise invalid_arg(
+            f"input '{spec.name}' of model '{model}' needs a batch dimension: expected "
+            f"shape {_shape(spec.full_shape(True))}, got []"
+        )
+    size = shape[0]
+    if size > io.max_batch_size:
+        raise invalid_arg(
+            f"inference request batch-size must be <= {io.max_batch_size} for '{model}', got "
+            f"{size} for input '{spec.name}'"
+        )
+    if size < 1:
+        raise invalid_arg(
+            f"inference request batch-size must be >= 1 for '{model}', got {size} for input "
+            f"'{spec.name}'"
+        )
+    return int(size)
 
 
 def build_response(

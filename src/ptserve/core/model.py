@@ -22,7 +22,6 @@ from ptserve.common.prepared import PreparedRequest
 from ptserve.common.stats import ModelStats
 from ptserve.config.parameters import execution_timeout_ms, max_inline_execution_us
 from ptserve.config.parse import ModelConfig
-from ptserve.core.inference import PlanCache
 from ptserve.core.warmup import run_warmup
 from ptserve.scheduling.factory import make_scheduler
 from ptserve.scheduling.watchdog import Watchdog
@@ -77,7 +76,6 @@ class ModelVersion:
     requests: set[WorkItem] = field(default_factory=set)  # queued or running (for metrics)
     watchdog: Watchdog | None = None  # with EXECUTION_TIMEOUT_MS
     stuck_reason: str = ""  # set while every instance is stuck past the execution timeout
-    plans: PlanCache = field(default_factory=PlanCache)  # checked request signatures
     _gate: threading.Condition = field(default_factory=threading.Condition)
 
     @property

@@ -11,19 +11,14 @@ from __future__ import annotations
 import mmap
 import os
 import threading
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ptserve.common.errors import ServerError, Status, invalid_arg, not_found, unavailable
-from ptserve.common.requests import InferResponse
+from ptserve.common.requests import Placement
 
 SHM_ROOT = Path("/dev/shm")
 
-REGION_PARAM = "shared_memory_region"
-SIZE_PARAM = "shared_memory_byte_size"
-OFFSET_PARAM = "shared_memory_offset"
 
 CUDA_SHM_UNSUPPORTED = (
     "CUDA shared memory is not supported: this server runs on CPU only (no CUDA device)"
@@ -46,48 +41,10 @@ class RegionStatus:
     byte_size: int
 
 
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """Where one tensor lives: a registered region, and a window inside it."""
-
-    region: str
-    byte_size: int
-    offset: int = 0
-
-
 @dataclass(slots=True)
 class _Region:
     status: RegionStatus
     mapping: mmap.mmap
-
-
-def placement(where: str, params: Mapping[str, Any]) -> Placement | None:
-    """The shared-memory placement a tensor's parameters ask for, or None when they ask none."""
-    if REGION_PARAM not in params:
-        return None
-    region = params[REGION_PARAM]
-    if not isinstance(region, str) or not region:
-        raise invalid_arg(f"{where}: {REGION_PARAM} must be a non-empty string")
-    size = params.get(SIZE_PARAM)
-    if size is None:
-        raise invalid_arg(f"{where}: {REGION_PARAM} needs {SIZE_PARAM} as well")
-    offset = params.get(OFFSET_PARAM, 0)
-    for label, value in ((SIZE_PARAM, size), (OFFSET_PARAM, offset)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise invalid_arg(f"{where}: {label} must be a non-negative integer, got {value!r}")
-    return Placement(region, size, offset)
-
-
-def output_placements(response: InferResponse) -> dict[str, Placement]:
-    """The outputs of a response that their request placed in shared memory."""
-    found: dict[str, Placement] = {}
-    for tensor in response.outputs:
-        wanted = response.requested.get(tensor.name)
-        if wanted is not None:
-            place = placement(f"output '{tensor.name}'", wanted.parameters)
-            if place is not None:
-                found[tensor.name] = place
-    return found
 
 
 class SharedMemoryRegistry:
@@ -168,7 +125,7 @@ class SharedMemoryRegistry:
         if len(data) > place.byte_size:
             raise invalid_arg(
                 f"{where}: the tensor needs {len(data)} bytes but shared memory region "
-                f"'{place.region}' was given only {SIZE_PARAM} {place.byte_size}"
+                f"'{place.region}' was given only shared_memory_byte_size {place.byte_size}"
             )
         with self._lock:
             region, start = self._window(where, place)

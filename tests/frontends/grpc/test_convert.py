@@ -1,4 +1,5 @@
-"""The ModelInferRequest form cache: reuse only what cannot differ between requests."""
+"""ModelInferRequest forms: a request of a known form is cut out of its new data, keyed by the
+message's description (the rule of which requests leave a form is ``frontends.forms``')."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from ptserve.common.errors import ServerError
 from ptserve.core.shared_memory import SharedMemoryRegistry
+from ptserve.frontends.forms import FormCache
 from ptserve.frontends.grpc import convert
 
 
@@ -27,12 +29,13 @@ def _message(values: list[int], request_id: str = "", output: str = "OUTPUT0") -
 
 
 def test_a_known_form_takes_new_data_and_ids(registry: SharedMemoryRegistry) -> None:
-    forms = convert.FormCache()
+    forms = FormCache()
     first = convert.decode_request(_message([1, 2, 3], "a"), registry, forms)
-    assert first.signature is not None
-    assert forms.get(first.signature) is not None
+    key = convert.form_key(_message([1, 2, 3], "a"))
+    assert forms.get(key) is not None
+    assert first.id == "a"
     second = convert.decode_request(_message([4, 5, 6], "b"), registry, forms)
-    assert second.signature == first.signature  # same form, so the core's plan applies
+    assert len(forms) == 1
     assert second.id == "b"
     assert second.inputs[0].data.tolist() == [[4, 5, 6]]
     assert [o.name for o in second.outputs or ()] == ["OUTPUT0"]
@@ -41,29 +44,28 @@ def test_a_known_form_takes_new_data_and_ids(registry: SharedMemoryRegistry) -> 
 
 def test_the_clients_own_parameters_do_not_prevent_a_form(registry: SharedMemoryRegistry) -> None:
     """perf_analyzer and tritonclient's streams send triton_enable_empty_final_response."""
-    forms = convert.FormCache()
+    forms = FormCache()
     for values in ([1, 2, 3], [4, 5, 6]):
         message = _message(values)
         message.parameters["triton_enable_empty_final_response"].bool_param = True
         request = convert.decode_request(message, registry, forms)
-        assert request.signature is not None
         assert request.parameters == {}
         assert request.inputs[0].data.tolist() == [values]
     assert len(forms) == 1
 
 
 def test_forms_differ_by_shape_and_outputs(registry: SharedMemoryRegistry) -> None:
-    forms = convert.FormCache()
-    one = convert.decode_request(_message([1, 2, 3]), registry, forms)
+    forms = FormCache()
+    convert.decode_request(_message([1, 2, 3]), registry, forms)
     longer = convert.decode_request(_message([1, 2, 3, 4]), registry, forms)
     other_output = convert.decode_request(_message([1, 2, 3], output="OUTPUT1"), registry, forms)
-    assert len({one.signature, longer.signature, other_output.signature}) == 3
+    assert len(forms) == 3
     assert longer.inputs[0].data.shape == (1, 4)
     assert [o.name for o in other_output.outputs or ()] == ["OUTPUT1"]
 
 
 def test_data_that_does_not_fit_a_known_form_is_refused(registry: SharedMemoryRegistry) -> None:
-    forms = convert.FormCache()
+    forms = FormCache()
     convert.decode_request(_message([1, 2, 3]), registry, forms)
     short = _message([1, 2, 3])
     short.raw_input_contents[0] = b"\x00" * 8
@@ -86,15 +88,14 @@ def test_requests_with_parameters_or_typed_contents_have_no_form(
     else:
         message.ClearField("raw_input_contents")
         message.inputs[0].contents.int_contents.extend([1, 2, 3])
-    assert convert.request_form(message) is None
-    forms = convert.FormCache()
-    request = convert.decode_request(message, registry, forms)
-    assert request.signature is None
+    assert convert.form_key(message) is None
+    forms = FormCache()
+    convert.decode_request(message, registry, forms)
     assert len(forms) == 0
 
 
 def test_refused_requests_are_not_kept(registry: SharedMemoryRegistry) -> None:
-    forms = convert.FormCache()
+    forms = FormCache()
     bad = _message([1, 2, 3])
     bad.inputs[0].datatype = "NOPE"
     for _ in range(2):

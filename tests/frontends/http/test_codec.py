@@ -1,4 +1,5 @@
-"""The infer body decoder's header cache: reuse only what cannot differ between requests."""
+"""The infer body decoder's forms, keyed by the JSON header's bytes: a header seen before is not
+parsed again (the rule of which requests leave a form is ``frontends.forms``')."""
 
 from __future__ import annotations
 
@@ -41,8 +42,9 @@ def test_a_repeated_header_is_reused_with_the_new_data() -> None:
         request = codec.decode_request("m", "", raw, length, None, cache)
         seen.append(request)
         assert request.inputs[0].data.tolist() == data.tolist()
-        assert request.signature == ("m", "", raw[:length])
+        assert request.outputs is not None and request.outputs[0].parameters["binary_data"]
     assert cache.get(("m", "", raw[:length])) is not None
+    assert len(cache) == 1
     # Each request gets its own parameters: the core may add to them.
     assert seen[1].parameters is not seen[2].parameters
 
@@ -62,8 +64,23 @@ def test_the_model_and_version_are_part_of_the_key() -> None:
     raw, length = body(binary_header(), np.zeros((1, 4), np.float32))
     first = codec.decode_request("a", "", raw, length, None, cache)
     second = codec.decode_request("b", "2", raw, length, None, cache)
+    assert (first.model_name, first.model_version) == ("a", "")
     assert (second.model_name, second.model_version) == ("b", "2")
-    assert first.signature != second.signature
+    assert len(cache) == 2
+
+
+def test_a_sequence_header_is_kept_with_its_own_values() -> None:
+    """Its values are in the header's bytes, so a header seen again means the same values;
+    each request gets a copy of the parameters (the core may add to them)."""
+    cache = codec.HeaderCache()
+    header = binary_header(parameters={"sequence_id": 7, "sequence_start": True})
+    requests = []
+    for step in range(2):
+        raw, length = body(header, np.full((1, 4), step, np.float32))
+        requests.append(codec.decode_request("m", "", raw, length, None, cache))
+    assert len(cache) == 1
+    assert requests[1].parameters == {"sequence_id": 7, "sequence_start": True}
+    assert requests[0].parameters is not requests[1].parameters
 
 
 @pytest.mark.parametrize(
@@ -71,8 +88,6 @@ def test_the_model_and_version_are_part_of_the_key() -> None:
     [
         # Tensor data inside the header: its arrays would be shared between requests.
         {"inputs": [{"name": "I", "datatype": "INT32", "shape": [2], "data": [1, 2]}]},
-        # A sequence: every request carries its own control values.
-        binary_header(parameters={"sequence_id": 7, "sequence_start": True}),
         # Shared memory: what a region holds and whether it exists can change.
         {
             "inputs": [
@@ -94,19 +109,16 @@ def test_the_model_and_version_are_part_of_the_key() -> None:
             ],
         },
     ],
-    ids=["json-data", "sequence", "shared-memory"],
+    ids=["json-data", "shared-memory"],
 )
-def test_headers_with_per_request_or_changing_meaning_are_not_kept(header: dict[str, Any]) -> None:
+def test_headers_whose_decoding_can_differ_are_not_kept(header: dict[str, Any]) -> None:
     cache = codec.HeaderCache()
     has_binary = "binary_data_size" in header["inputs"][0].get("parameters", {})
     arrays = [np.zeros((1, 4), np.float32)] if has_binary else []
     raw, length = body(header, *arrays)
-    try:
-        request = codec.decode_request("m", "", raw, length, None, cache)
-    except ServerError:  # shared memory is not available without a registry: never kept either
-        request = None
+    codec.decode_request("m", "", raw, length, None, cache)
     assert cache.get(("m", "", raw[:length])) is None
-    assert request is None or request.signature is None
+    assert len(cache) == 0
 
 
 def test_the_cache_starts_afresh_when_full() -> None:
@@ -125,4 +137,4 @@ def test_long_headers_are_not_kept() -> None:
     )
     request = codec.decode_request("m", "", raw, length, None, cache)
     assert request.id == "x" * codec.CACHED_HEADER_MAX
-    assert len(cache) == 0 and request.signature is None
+    assert len(cache) == 0

@@ -16,11 +16,10 @@ from tritonclient.grpc import service_pb2 as pb
 from ptserve.common import datatypes
 from ptserve.common.datatypes import DataType
 from ptserve.common.errors import invalid_arg
-from ptserve.common.memo import Memo
 from ptserve.common.requests import InferRequest, InferResponse, RequestedOutput, Tensor
-from ptserve.core import shared_memory
 from ptserve.core.shared_memory import SharedMemoryRegistry
 from ptserve.frontends import tensors
+from ptserve.frontends.forms import FormCache, form_of, placement, requested_output
 
 # Which typed ``contents`` list holds each datatype (FP16 and BF16 have none: raw only).
 CONTENTS_FIELD = {
@@ -67,19 +66,14 @@ def set_parameter(target: Any, value: Any) -> None:
         target.string_param = str(value)
 
 
-# What earlier requests of the same form decoded to. A form is what a request says but its
-# id and tensor bytes: model, version, and the name, datatype and shape of each input and
-# output. Only requests with every input in raw_input_contents and no parameters anywhere but
-# the client's own ``triton_*`` ones (the others carry per-request values: sequences,
-# priorities, shared memory) have a form that is kept. A request of a known form skips decoding
-# and checking its description, and carries its form as its ``signature`` so that the core can
-# skip checking it against the model too.
-FormCache = Memo[Hashable, tuple[tuple[str, DataType, tuple[int, ...]], ...]]
-_NO_OUTPUTS = ("*",)  # stands for "every output" in a form
+_NO_OUTPUTS = ("*",)  # stands for "every output" in a form's key
 
 
-def request_form(message: Any) -> Hashable | None:
-    """The request's form (see FormCache), or None when it may not be kept."""
+def form_key(message: Any) -> Hashable | None:
+    """What a request's form is kept under (see ``frontends.forms``): model, version, and the
+    name, datatype and shape of each input and the name of each output. None when that would
+    not describe the request: parameters other than the client's own ``triton_*`` ones, or an
+    input with typed contents (its values are decoded every time anyway)."""
     if message.parameters and not all(key.startswith("triton_") for key in message.parameters):
         return None  # (``triton_*`` parameters are the client's own and are dropped)
     inputs = []
@@ -93,7 +87,6 @@ def request_form(message: Any) -> Hashable | None:
             return None
         outputs.append(entry.name)
     return (
-        "grpc",
         message.model_name,
         message.model_version,
         tuple(inputs),
@@ -105,33 +98,25 @@ def decode_request(
     message: Any, registry: SharedMemoryRegistry, forms: FormCache | None = None
 ) -> InferRequest:
     """Decode a ModelInferRequest; every client mistake is an INVALID_ARGUMENT with a message.
-    With ``forms``, a request of a form seen before is not checked again (see FormCache)."""
-    form = request_form(message) if forms is not None else None
-    if form is not None and forms is not None:
-        known = forms.get(form)
+    With ``forms``, a request of a form seen before is not decoded again (see
+    ``frontends.forms``)."""
+    key = form_key(message) if forms is not None else None
+    if key is not None and forms is not None:
+        form = forms.get(key)
         raw = message.raw_input_contents
-        if known is not None and len(raw) == len(known):
-            outputs = message.outputs
-            return InferRequest(
-                model_name=message.model_name,
-                model_version=message.model_version,
-                id=message.id,
-                inputs=[
-                    Tensor(name, dt, tensors.from_raw(name, data, dt, shape, message.model_name))
-                    for (name, dt, shape), data in zip(known, raw, strict=True)
-                ],
-                outputs=[RequestedOutput(o.name, 0, {}) for o in outputs] if outputs else None,
-                parameters={},
-                signature=form,
-            )
-    request = _decode(message, registry)
-    if form is not None and forms is not None:
-        forms.put(form, tuple((t.name, t.datatype, t.shape) for t in request.inputs))
-        request.signature = form
+        if form is not None and len(raw) == len(form.inputs):
+            return form.request(raw, message.id)
+    request, raw_sizes = _decode(message, registry)
+    if key is not None and forms is not None:
+        form = form_of(request, raw_sizes)
+        if form is not None:
+            forms.put(key, form)
     return request
 
 
-def _decode(message: Any, registry: SharedMemoryRegistry) -> InferRequest:
+def _decode(message: Any, registry: SharedMemoryRegistry) -> tuple[InferRequest, list[int | None]]:
+    """The request, and for each input how many raw bytes it was read from (None: typed
+    contents or shared memory)."""
     raw = message.raw_input_contents
     if raw and any(i.HasField("contents") for i in message.inputs):
         raise invalid_arg(
@@ -141,6 +126,7 @@ def _decode(message: Any, registry: SharedMemoryRegistry) -> InferRequest:
     next_raw = 0
     model = message.model_name
     inputs: list[Tensor] = []
+    raw_sizes: list[int | None] = []
     for position, entry in enumerate(message.inputs):
         name = entry.name
         if not name:
@@ -149,7 +135,8 @@ def _decode(message: Any, registry: SharedMemoryRegistry) -> InferRequest:
         shape = tensors.check_shape(name, list(entry.shape))
         where = f"input '{name}'"
         params = parameters_to_dict(entry.parameters)
-        place = shared_memory.placement(where, params)
+        place = placement(where, params)
+        raw_size: int | None = None
         if place is not None:
             if entry.HasField("contents"):
                 raise invalid_arg(f"{where} has both contents and a shared memory region")
@@ -163,8 +150,10 @@ def _decode(message: Any, registry: SharedMemoryRegistry) -> InferRequest:
                     f"request carries {len(raw)} raw input(s)"
                 )
             data = tensors.from_raw(name, raw[next_raw], dt, shape, model)
+            raw_size = len(raw[next_raw])
             next_raw += 1
         inputs.append(Tensor(name, dt, data))
+        raw_sizes.append(raw_size)
     if next_raw != len(raw):
         raise invalid_arg(
             f"the request carries {len(raw)} raw_input_contents but only {next_raw} input(s) "
@@ -172,8 +161,11 @@ def _decode(message: Any, registry: SharedMemoryRegistry) -> InferRequest:
         )
     outputs: list[RequestedOutput] | None = None
     if message.outputs:
-        outputs = [_requested_output(position, o) for position, o in enumerate(message.outputs)]
-    return InferRequest(
+        outputs = [
+            requested_output(o.name, parameters_to_dict(o.parameters), position)
+            for position, o in enumerate(message.outputs)
+        ]
+    request = InferRequest(
         model_name=message.model_name,
         model_version=message.model_version,
         id=message.id,
@@ -181,19 +173,7 @@ def _decode(message: Any, registry: SharedMemoryRegistry) -> InferRequest:
         outputs=outputs,
         parameters=parameters_to_dict(message.parameters),
     )
-
-
-def _requested_output(position: int, entry: Any) -> RequestedOutput:
-    name = entry.name
-    if not name:
-        raise invalid_arg(f"outputs[{position}] must have a non-empty name")
-    params = parameters_to_dict(entry.parameters)
-    classification = params.get("classification", 0)
-    if isinstance(classification, bool) or not isinstance(classification, int):
-        raise invalid_arg(f"output '{name}': classification must be an integer")
-    # Checked now so a bad placement fails before the model runs.
-    shared_memory.placement(f"output '{name}'", params)
-    return RequestedOutput(name, classification, params)
+    return request, raw_sizes
 
 
 def from_contents(name: str, contents: Any, dt: DataType, shape: tuple[int, ...]) -> np.ndarray:
@@ -242,7 +222,7 @@ def encode_response(
         set_parameter(message.parameters[key], value)
     if final_flag:
         message.parameters[FINAL_RESPONSE].bool_param = True
-    placements = shared_memory.output_placements(response)
+    requested = response.requested
     raw_outputs: list[bytes] = []
     for tensor in response.outputs:
         entry = message.outputs.add()
@@ -250,7 +230,8 @@ def encode_response(
         entry.datatype = tensor.datatype.name
         entry.shape.extend(tensor.shape)
         raw = tensors.to_raw(tensor.data, tensor.datatype)
-        place = placements.get(tensor.name)
+        wanted = requested.get(tensor.name)
+        place = wanted.placement if wanted is not None else None
         if place is not None:
             registry.write(f"output '{tensor.name}'", place, raw)
             raw_outputs.append(b"")

@@ -13,8 +13,10 @@ from tritonclient.grpc import service_pb2_grpc
 from ptserve.common.errors import ServerError, unsupported
 from ptserve.core.server import InferenceServer
 from ptserve.core.shared_memory import CUDA_SHM_UNSUPPORTED
+from ptserve.frontends.forms import FormCache
 from ptserve.frontends.grpc import convert, messages
 from ptserve.frontends.grpc.status import api_group, rpc
+from ptserve.frontends.repository_api import load_parameters, unload_dependents
 
 log = logging.getLogger("ptserve.grpc")
 
@@ -27,7 +29,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
     def __init__(self, server: InferenceServer) -> None:
         self.server = server
-        self.forms = convert.FormCache()  # ModelInferRequest forms seen before
+        self.forms = FormCache()  # ModelInferRequest forms seen before
 
     # --- health and metadata ---------------------------------------------------------------
 
@@ -131,17 +133,15 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
     @rpc("model-repository")
     async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
-        params = request.parameters
-        config = params["config"].string_param if "config" in params else None
-        files = {k[5:]: v.bytes_param for k, v in params.items() if k.startswith("file:")}
+        parameters = convert.parameters_to_dict(request.parameters)
+        config, files = load_parameters(parameters, files_as_base64=False)
         await self.server.load_model(request.model_name, config, files)
         return pb.RepositoryModelLoadResponse()
 
     @rpc("model-repository")
     async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
-        params = request.parameters
-        dependents = "unload_dependents" in params and params["unload_dependents"].bool_param
-        await self.server.unload_model(request.model_name, bool(dependents))
+        dependents = unload_dependents(convert.parameters_to_dict(request.parameters))
+        await self.server.unload_model(request.model_name, dependents)
         return pb.RepositoryModelUnloadResponse()
 
     # --- shared memory ---------------------------------------------------------------------

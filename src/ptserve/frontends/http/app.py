@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -16,7 +14,9 @@ from ptserve.common.errors import ServerError, invalid_arg, not_found, unsupport
 from ptserve.common.requests import InferResponse
 from ptserve.core.server import InferenceServer
 from ptserve.core.shared_memory import CUDA_SHM_UNSUPPORTED
-from ptserve.frontends.http import codec, compression
+from ptserve.frontends.console.service import CONSOLE_OFF, Console
+from ptserve.frontends.http import codec, compression, openapi
+from ptserve.frontends.repository_api import load_parameters, unload_dependents
 from ptserve.frontends.restrictions import Restrictions
 from ptserve.transports.http1 import HttpRequest, HttpResponse
 
@@ -50,6 +50,12 @@ ROUTES: tuple[tuple[str, str, dict[str, str]], ...] = (
     (_MODEL + r"/stats", "statistics", {"GET": "model_stats"}),
     (_MODEL + r"/infer", "inference", {"POST": "infer"}),
     (_MODEL, "metadata", {"GET": "model_metadata"}),
+    # This API described; the web console's files and the two read-only routes it needs
+    # (frontends/console). The console's files are "metadata": its first call is to /v2.
+    (r"/v2/openapi\.json", "metadata", {"GET": "openapi"}),
+    (r"/v2/metrics", "statistics", {"GET": "console_metrics"}),
+    (r"/v2/server/info", "metadata", {"GET": "console_info"}),
+    (r"/console(?:/(?P<asset>.+))?", "metadata", {"GET": "console_file"}),
 )
 _COMPILED = tuple((re.compile(pattern), group, names) for pattern, group, names in ROUTES)
 
@@ -99,9 +105,11 @@ class HttpApp:
         server: InferenceServer,
         max_input_size: int,
         restrictions: Restrictions | None = None,
+        console: Console | None = None,
     ) -> None:
         self.server = server
         self.max_input_size = max_input_size
+        self.console = console  # None: --allow-console=false
         self.restrictions = restrictions or Restrictions([])
         self._restricted = bool(self.restrictions)
         self.headers = codec.HeaderCache()  # infer headers seen before
@@ -177,6 +185,26 @@ class HttpApp:
         return HttpResponse.json(
             self.server.statistics(params.get("model", ""), params.get("version", ""))
         )
+
+    # --- this API described, and the web console -----------------------------------------
+
+    async def openapi(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        return HttpResponse.json(openapi.document())
+
+    async def console_file(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        if self.console is None:
+            return HttpResponse.error(404, CONSOLE_OFF)
+        return self.console.file(request.path, params.get("asset"))
+
+    async def console_metrics(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        if self.console is None:
+            return HttpResponse.error(404, CONSOLE_OFF)
+        return await self.console.metrics_text()
+
+    async def console_info(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        if self.console is None:
+            return HttpResponse.error(404, CONSOLE_OFF)
+        return self.console.info()
 
     # --- inference -------------------------------------------------------------------------
 
@@ -263,27 +291,12 @@ class HttpApp:
         return HttpResponse.json(self.server.repository_index(ready))
 
     async def repository_load(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
-        parameters = _parameters(json_body(request))
-        config = parameters.get("config")
-        if config is not None and not isinstance(config, str):
-            raise invalid_arg("load: parameter 'config' must be a string holding JSON")
-        files: dict[str, bytes] = {}
-        for key, value in parameters.items():
-            if not key.startswith("file:"):
-                continue
-            if not isinstance(value, str):
-                raise invalid_arg(f"load: parameter '{key}' must be base64 text")
-            try:
-                files[key[len("file:") :]] = base64.b64decode(value, validate=True)
-            except binascii.Error as exc:
-                raise invalid_arg(f"load: parameter '{key}' is not valid base64: {exc}") from None
+        config, files = load_parameters(_parameters(json_body(request)), files_as_base64=True)
         await self.server.load_model(params["model"], config, files)
         return HttpResponse.empty(200)
 
     async def repository_unload(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
-        dependents = _parameters(json_body(request)).get("unload_dependents", False)
-        if not isinstance(dependents, bool):
-            raise invalid_arg("unload: parameter 'unload_dependents' must be true or false")
+        dependents = unload_dependents(_parameters(json_body(request)))
         await self.server.unload_model(params["model"], dependents)
         return HttpResponse.empty(200)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,78 +9,20 @@ import orjson
 
 from ptserve.common import datatypes
 from ptserve.common.errors import invalid_arg
-from ptserve.common.memo import Memo
 from ptserve.common.requests import InferRequest, InferResponse, RequestedOutput, Tensor
-from ptserve.core.shared_memory import SharedMemoryRegistry, output_placements, placement
+from ptserve.core.shared_memory import SharedMemoryRegistry
 from ptserve.frontends import tensors
+from ptserve.frontends.forms import FormCache, form_of, placement, requested_output
 
 HEADER_LENGTH = "inference-header-content-length"
 
 
-@dataclass(slots=True, frozen=True)
-class _Template:
-    """A decoded header: everything of the request but its binary data."""
-
-    id: str
-    parameters: dict[str, Any]
-    inputs: tuple[tuple[str, datatypes.DataType, tuple[int, ...], int], ...]
-    binary_size: int
-    outputs: list[RequestedOutput] | None
-
-    def request(
-        self, model: str, version: str, binary: memoryview, signature: Hashable
-    ) -> InferRequest:
-        inputs: list[Tensor] = []
-        offset = 0
-        for name, dt, shape, size in self.inputs:
-            data = tensors.from_raw(name, binary[offset : offset + size], dt, shape, model)
-            inputs.append(Tensor(name, dt, data))
-            offset += size
-        return InferRequest(
-            model_name=model,
-            model_version=version,
-            id=self.id,
-            inputs=inputs,
-            outputs=self.outputs,
-            parameters=dict(self.parameters),
-            signature=signature,
-        )
-
-
-# What earlier JSON headers decoded to, keyed by (model, version, the header's exact bytes).
-# Clients send one header again and again with new binary data; a header seen before skips
-# parsing and checking and only cuts the tensors out of the new data. Only headers whose inputs
-# are all binary and that name no shared memory and no sequence are kept (those carry
-# per-request values or depend on state that can change); the request carries the key as its
-# ``signature`` so that the core can skip checking it against the model too.
+# Forms of earlier requests, keyed by (model, version, the JSON header's exact bytes): a request
+# whose header was seen before only has its tensors cut out of its new binary data (see
+# ``frontends.forms`` for which requests leave a form).
 HeaderKey = tuple[str, str, bytes]
 CACHED_HEADER_MAX = 4096  # bytes; longer headers are rare and would make the cache large
-HeaderCache = Memo[HeaderKey, _Template]
-
-
-def _template(request: InferRequest, header: dict[str, Any]) -> _Template | None:
-    """The request's template, when its header may be reused (see HeaderCache)."""
-    if "sequence_id" in request.parameters:
-        return None
-    sizes: list[int] = []
-    for raw in header["inputs"]:
-        params = raw.get("parameters") or {}
-        if "data" in raw or "binary_data_size" not in params or placement("", params) is not None:
-            return None
-        sizes.append(params["binary_data_size"])
-    for output in request.outputs or ():
-        if placement("", output.parameters) is not None:
-            return None
-    return _Template(
-        request.id,
-        dict(request.parameters),
-        tuple(
-            (t.name, t.datatype, t.shape, size)
-            for t, size in zip(request.inputs, sizes, strict=True)
-        ),
-        sum(sizes),
-        request.outputs,
-    )
+HeaderCache = FormCache
 
 
 def decode_request(
@@ -90,12 +31,12 @@ def decode_request(
     body: bytes | bytearray | memoryview,
     header_length: int | None,
     shared_memory: SharedMemoryRegistry | None = None,
-    cache: HeaderCache | None = None,
+    forms: HeaderCache | None = None,
 ) -> InferRequest:
     """Parse an infer body; ``header_length`` splits JSON from binary data when given.
 
-    Inputs and outputs may name system shared-memory regions of ``shared_memory``. With a
-    ``cache``, a header seen before is not parsed again.
+    Inputs and outputs may name system shared-memory regions of ``shared_memory``. With
+    ``forms``, a header seen before is not parsed again.
     """
     view = memoryview(body)
     if header_length is None:
@@ -105,20 +46,23 @@ def decode_request(
             f"Inference-Header-Content-Length is {header_length}, but the body has only "
             f"{len(view)} bytes"
         )
-    key = None
-    binary_follows = header_length < len(view)
-    if cache is not None and binary_follows and header_length <= CACHED_HEADER_MAX:
+    key: HeaderKey | None = None
+    if forms is not None and header_length <= CACHED_HEADER_MAX:
         key = (model, version, bytes(view[:header_length]))
-        template = cache.get(key)
-        if template is not None and len(view) - header_length == template.binary_size:
-            return template.request(model, version, view[header_length:], key)
+        form = forms.get(key)
+        if form is not None and len(view) - header_length == form.byte_size:
+            payloads = []
+            offset = header_length
+            for input_form in form.inputs:
+                payloads.append(view[offset : offset + input_form.byte_size])
+                offset += input_form.byte_size
+            return form.request(payloads)
         # (binary data of another size: the full decoder says which input it does not fit)
-    request, header = _decode(model, version, view, header_length, shared_memory)
-    if key is not None and cache is not None:
-        template = _template(request, header)
-        if template is not None:
-            cache.put(key, template)
-            request.signature = key
+    request, raw_sizes = _decode(model, version, view, header_length, shared_memory)
+    if key is not None and forms is not None:
+        form = form_of(request, raw_sizes)
+        if form is not None:
+            forms.put(key, form)
     return request
 
 
@@ -128,8 +72,9 @@ def _decode(
     view: memoryview,
     header_length: int,
     shared_memory: SharedMemoryRegistry | None,
-) -> tuple[InferRequest, dict[str, Any]]:
-    """The request, and the header's JSON it came from."""
+) -> tuple[InferRequest, list[int | None]]:
+    """The request, and for each input the size of the binary data it was read from (None for
+    JSON data and shared memory)."""
     try:
         header = orjson.loads(view[:header_length])
     except orjson.JSONDecodeError as exc:
@@ -148,10 +93,12 @@ def _decode(
 
     offset = 0
     inputs: list[Tensor] = []
+    raw_sizes: list[int | None] = []
     for position, raw in enumerate(raw_inputs):
         tensor, used = _decode_input(model, position, raw, binary, offset, shared_memory)
-        offset += used
+        offset += used or 0
         inputs.append(tensor)
+        raw_sizes.append(used)
     if offset != len(binary):
         raise invalid_arg(
             f"the body has {len(binary)} bytes of binary data after the JSON header, but the "
@@ -163,9 +110,7 @@ def _decode(
     if raw_outputs is not None:
         if not isinstance(raw_outputs, list):
             raise invalid_arg("'outputs' must be a list")
-        outputs = [
-            _decode_output(position, raw, shared_memory) for position, raw in enumerate(raw_outputs)
-        ]
+        outputs = [_decode_output(position, raw) for position, raw in enumerate(raw_outputs)]
     request = InferRequest(
         model_name=model,
         model_version=version,
@@ -174,7 +119,7 @@ def _decode(
         outputs=outputs,
         parameters=parameters,
     )
-    return request, header
+    return request, raw_sizes
 
 
 def _parameters(value: Any, where: str) -> dict[str, Any]:
@@ -192,7 +137,8 @@ def _decode_input(
     binary: memoryview,
     offset: int,
     shared_memory: SharedMemoryRegistry | None,
-) -> tuple[Tensor, int]:
+) -> tuple[Tensor, int | None]:
+    """The tensor, and how many binary bytes it took (None: its data was not binary)."""
     if not isinstance(raw, dict):
         raise invalid_arg(f"inputs[{position}] must be an object, got {type(raw).__name__}")
     name = raw.get("name")
@@ -216,7 +162,7 @@ def _decode_input(
         data = tensors.from_raw(
             name, shared_memory.read(f"input '{name}'", place), dt, shape, model
         )
-        return Tensor(name, dt, data), 0
+        return Tensor(name, dt, data), None
     size = params.get("binary_data_size")
     if size is not None:
         if "data" in raw:
@@ -234,27 +180,15 @@ def _decode_input(
         return Tensor(name, dt, data), size
     if "data" not in raw:
         raise invalid_arg(f"input '{name}' has neither 'data' nor parameters.binary_data_size")
-    return Tensor(name, dt, tensors.from_json(name, raw["data"], dt, shape)), 0
+    return Tensor(name, dt, tensors.from_json(name, raw["data"], dt, shape)), None
 
 
-def _decode_output(
-    position: int, raw: Any, shared_memory: SharedMemoryRegistry | None
-) -> RequestedOutput:
+def _decode_output(position: int, raw: Any) -> RequestedOutput:
     if not isinstance(raw, dict):
         raise invalid_arg(f"outputs[{position}] must be an object, got {type(raw).__name__}")
     name = raw.get("name")
-    if not isinstance(name, str) or not name:
-        raise invalid_arg(f"outputs[{position}] must have a non-empty string 'name'")
     params = _parameters(raw.get("parameters"), f"output '{name}' 'parameters'")
-    classification = params.get("classification", 0)
-    if isinstance(classification, bool) or not isinstance(classification, int):
-        raise invalid_arg(f"output '{name}': classification must be an integer")
-    binary = params.get("binary_data")
-    if binary is not None and not isinstance(binary, bool):
-        raise invalid_arg(f"output '{name}': binary_data must be true or false")
-    if placement(f"output '{name}'", params) is not None and shared_memory is None:
-        raise invalid_arg(f"output '{name}': shared memory is not available here")
-    return RequestedOutput(name, classification, params)
+    return requested_output(name, params, position)
 
 
 @dataclass(slots=True)
@@ -274,7 +208,6 @@ def encode_response(
     and into shared memory when their request placed them there."""
     outputs: list[dict[str, Any]] = []
     binary: list[bytes | memoryview] = []
-    places = output_placements(response) if shared_memory is not None else {}
     for tensor in response.outputs:
         wanted = response.requested.get(tensor.name)
         as_binary = binary_default
@@ -285,8 +218,10 @@ def encode_response(
             "datatype": tensor.datatype.name,
             "shape": list(tensor.shape),
         }
-        place = places.get(tensor.name)
-        if place is not None and shared_memory is not None:
+        place = wanted.placement if wanted is not None else None
+        if place is not None:
+            if shared_memory is None:
+                raise invalid_arg(f"output '{tensor.name}': shared memory is not available here")
             raw = tensors.to_raw(tensor.data, tensor.datatype)
             shared_memory.write(f"output '{tensor.name}'", place, raw)
             entry["parameters"] = {
