@@ -80,7 +80,11 @@ class ServerProcess:
             self.command(), stdout=self.log_file, stderr=subprocess.STDOUT, env=self.env
         )
         if wait is not None:
-            self.wait_for(wait, timeout)
+            try:
+                self.wait_for(wait, timeout)
+            except BaseException:  # a server that never got ready must not outlive its test
+                self.stop(signal.SIGKILL, 10)
+                raise
         return self
 
     def status(self, path: str) -> int | None:

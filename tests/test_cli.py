@@ -89,7 +89,7 @@ def test_config_errors_name_model_and_field(tmp_path: Path) -> None:
     log = server.log()
     assert "failed to parse the model configuration of model 'typo'" in log
     assert "max_batch_sise" in log
-    assert "model 'noinputs': model configuration must contain at least one input" in log
+    assert "model configuration must contain at least one output, none were specified" in log
 
 
 def test_model_config_name_and_strict_config(tmp_path: Path) -> None:

@@ -75,7 +75,7 @@ def test_name_must_match_folder() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("max_batch_size: 1", "must contain at least one input"),
+        ("max_batch_size: 1", "must contain at least one output, none were specified"),
         (
             'input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]',
             "model configuration must contain at least one output, none were specified",

@@ -127,8 +127,7 @@ def validate_config(
                 raise invalid_arg(f"{prefix}: {kind} name '{io.name}' appears more than once")
             seen.add(io.name)
     check_batch_io(config)
-    if not config.input:
-        raise invalid_arg(f"{prefix}: model configuration must contain at least one input")
+    # No inputs is allowed, as in the reference (the backend then checks what the model takes).
     if not config.output:
         raise fail("model configuration must contain at least one output, none were specified")
 

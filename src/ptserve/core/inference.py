@@ -77,7 +77,7 @@ def prepare(request: InferRequest, io: ModelIO) -> tuple[PreparedRequest, list[R
     prepared = PreparedRequest(
         id=request.id,
         inputs=arrays,
-        batch_size=batch_size if batching else 1,
+        batch_size=batch_size or 1,  # (a model without inputs runs one row)
         outputs=outputs,
         parameters=request.parameters,
     )

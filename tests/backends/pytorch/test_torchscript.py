@@ -263,6 +263,11 @@ def build(repo: Path) -> None:
         {1: _script(Halve())},
     )
     write_model(repo, "wrong_count", _one_in_out("wrong_count"), {1: _script(DictOut())})
+    # No inputs at all is a valid config (as in the reference); the model takes two.
+    no_inputs = _one_in_out("no_inputs").replace(
+        'input [ { name: "x" data_type: TYPE_FP32 dims: [ 2 ] } ]', ""
+    )
+    write_model(repo, "no_inputs", no_inputs, {1: _script(DictOut())})
     write_config_only(repo, "missing_file", _one_in_out("missing_file"))
 
 
@@ -420,7 +425,14 @@ def test_bf16_and_unsigned(server: ServerProcess) -> None:
     [
         ("bad_bool", "parameter INFERENCE_MODE: failed to convert 'yes' to boolean"),
         ("bad_int", "parameter INTRA_OP_THREAD_COUNT: failed to convert 'two' to integral number"),
-        ("wrong_count", "configuration expects 1 inputs (x), model provides 2"),
+        (
+            "wrong_count",
+            "configuration expects 1 inputs, model provides 2; the config has inputs (x)",
+        ),
+        (
+            "no_inputs",
+            "unable to load model 'no_inputs', configuration expects 0 inputs, model provides 2",
+        ),
         ("missing_file", "unable to find model file"),
         ("optional_not_declared", "input 'y' is optional in the configuration"),
     ],

@@ -178,7 +178,8 @@ def test_binding_errors_say_what_was_expected() -> None:
     with pytest.raises(ServerError) as info:
         bind_inputs("m", args("x:Tensor", "y:Tensor"), ["INPUT0"])
     message = info.value.message
-    assert "configuration expects 1 inputs (INPUT0), model provides 2" in message
+    assert "unable to load model 'm', configuration expects 1 inputs, model provides 2" in message
+    assert "the config has inputs (INPUT0)" in message
     assert "x: Tensor, y: Tensor" in message and "tried argument names" in message
     with pytest.raises(ServerError, match="index 5"):
         bind_inputs("m", args("x:Tensor"), ["I__5"])

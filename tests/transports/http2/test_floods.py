@@ -194,7 +194,8 @@ async def test_a_client_that_never_reads_cannot_grow_the_write_buffer(
         await asyncio.sleep(0.05)
         for connection in server._connections:
             transport = connection._transport
-            assert transport is not None
+            if transport is None:  # an earlier test's connection, closing
+                continue
             sock = transport.get_extra_info("socket")
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65_536)  # little in the kernel
             largest = max(largest, transport.get_write_buffer_size())

@@ -2,22 +2,27 @@
 
 Both are zip archives; an AOTInductor package holds compiled code under ``data/aotinductor/``
 and is loaded with ``aoti_load_package`` on the instance's device, an exported program with
-``torch.export.load``. Inputs go positionally in config order; with batching the program must
-have been exported with a dynamic batch dimension.
+``torch.export.load``. Either is called on the flat list of its input tensors (the leaves of
+its call spec) and returns the flat list of its results; ``pt2_names`` says which config tensor
+is which leaf. With batching the program must have been exported with a dynamic batch dimension.
 """
 
 from __future__ import annotations
 
 import logging
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
 from ptserve.backends.base import BackendInstance, BackendModel, InstanceSpec, LoadContext
 from ptserve.backends.pytorch.binding import positional
 from ptserve.backends.pytorch.devices import Placement, SharedModules, placement_for
 from ptserve.backends.pytorch.outputs import OutputPlan
+from ptserve.backends.pytorch.pt2_names import LeafMap, map_names
 from ptserve.backends.pytorch.runner import (
     COMPILE_LOCK,
     ModelCall,
@@ -33,6 +38,42 @@ log = logging.getLogger("ptserve.backends.pytorch")
 
 PLATFORM = "torch_aoti"
 DEFAULT_FILENAME = "model.pt2"
+
+
+FlatRun = Callable[[list[torch.Tensor]], list[torch.Tensor]]
+
+
+class Pt2Call:
+    """A program called on the config's tensors: the inputs (in config order) placed on their
+    leaves, the result leaves returned by config output name (or, under the earlier rule, as
+    the program's own result)."""
+
+    def __init__(
+        self,
+        run: FlatRun,
+        inputs: LeafMap,
+        outputs: LeafMap,
+        output_names: list[str],
+        out_spec: pytree.TreeSpec,
+    ) -> None:
+        self.run = run
+        self.input_leaves = inputs.leaves
+        self.outputs = (
+            None
+            if outputs.leaves is None
+            else tuple(zip(output_names, outputs.leaves, strict=True))
+        )
+        self.out_spec = out_spec
+
+    def __call__(self, *tensors: torch.Tensor) -> Any:
+        flat = list(tensors)
+        if self.input_leaves is not None:
+            for tensor, leaf in zip(tensors, self.input_leaves, strict=True):
+                flat[leaf] = tensor
+        results = self.run(flat)
+        if self.outputs is None:
+            return pytree.tree_unflatten(results, self.out_spec)
+        return {name: results[leaf] for name, leaf in self.outputs}
 
 
 def is_aoti_package(path: Path) -> bool:
@@ -93,20 +134,46 @@ class Pt2Model(BackendModel):
         try:
             if self.aoti:
                 index = device.index if device is not None and device.type == "cuda" else -1
-                loaded: ModelCall = torch._inductor.aoti_load_package(
+                package = torch._inductor.aoti_load_package(
                     str(self.path), device_index=-1 if index is None else index
                 )
-                return loaded
-            program = torch.export.load(str(self.path))
-            module = program.module()
-            if device is not None:
-                module = module.to(device)
-            return module
+                loader = package.loader
+                in_text, out_text = loader.get_call_spec()
+                in_spec, out_spec = pytree.treespec_loads(in_text), pytree.treespec_loads(out_text)
+                run: FlatRun = loader.boxed_run
+            else:
+                program = torch.export.load(str(self.path))
+                in_spec, out_spec = program.call_spec.in_spec, program.call_spec.out_spec
+                module = program.module()
+                if device is not None:
+                    module = module.to(device)
+                run = _structured(module, in_spec)
         except Exception as exc:
             raise invalid_arg(
                 f"model '{self.name}' version {self.context.version}: failed to load "
                 f"'{self.path}': {first_line(exc)}"
             ) from None
+        if in_spec is None or out_spec is None:
+            raise invalid_arg(f"model '{self.name}': '{self.path}' has no call specification")
+        io = self.context.io
+        input_names = [s.name for s in io.model_inputs]
+        output_names = [s.name for s in io.model_outputs]
+        inputs = map_names(self.name, "input", input_names, in_spec, True)
+        if inputs.leaves is None and len(input_names) != in_spec.num_leaves:
+            raise invalid_arg(  # the original's sentence, then which names were tried
+                f"unable to load model '{self.name}', configuration expects "
+                f"{len(input_names)} inputs, model provides {in_spec.num_leaves}; the config's "
+                "inputs go to the program in config order unless named INPUT__<n> or by "
+                "their place in forward (ARGS[i], KWARGS[key], ...)"
+            )
+        outputs = map_names(self.name, "output", output_names, out_spec, False)
+        log.info(
+            "model '%s': inputs by %s, outputs by %s",
+            self.name,
+            inputs.convention,
+            "the result's own names or positions" if outputs.leaves is None else outputs.convention,
+        )
+        return Pt2Call(run, inputs, outputs, output_names, out_spec)
 
     def create_instance(self, spec: InstanceSpec) -> BackendInstance:
         placement = placement_for(spec)
@@ -116,3 +183,14 @@ class Pt2Model(BackendModel):
 
     def unload(self) -> None:
         self.shared.clear()
+
+
+def _structured(module: Any, in_spec: pytree.TreeSpec) -> FlatRun:
+    """An exported program's module as a function of its flat input leaves."""
+
+    def run(flat: list[torch.Tensor]) -> list[torch.Tensor]:
+        args, kwargs = pytree.tree_unflatten(flat, in_spec)
+        leaves: list[torch.Tensor] = pytree.tree_flatten(module(*args, **kwargs))[0]
+        return leaves
+
+    return run

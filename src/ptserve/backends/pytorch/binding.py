@@ -103,11 +103,11 @@ def bind_inputs(model: str, arguments: Sequence[Argument], inputs: Sequence[str]
             f"({', '.join(inputs) or 'none'}), the method takes ({arg_desc})"
         )
     if len(arguments) != len(inputs):
-        raise invalid_arg(
-            f"model '{model}': configuration expects {len(inputs)} inputs "
-            f"({', '.join(inputs) or 'none'}), model provides {len(arguments)} "
-            f"(the method takes {arg_desc}); tried argument names, then <name>__<index>, "
-            "then config order"
+        raise invalid_arg(  # the original's sentence, then which names were tried
+            f"unable to load model '{model}', configuration expects {len(inputs)} inputs, "
+            f"model provides {len(arguments)}; the config has inputs "
+            f"({', '.join(inputs) or 'none'}), the method takes ({arg_desc}); tried argument "
+            "names, then <name>__<index>, then config order"
         )
     indices = [indexed_name(name) for name in inputs]
     if all(index is not None for index in indices):
