@@ -1,4 +1,4 @@
-# ptserve: make install | serve | test | lint | bench
+# ptserve: make install | serve | test | lint | bench | image | test-image
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -7,7 +7,8 @@ HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 
-.PHONY: install install-test serve test lint typecheck examples bench clean
+.PHONY: install install-test serve test lint typecheck examples bench clean system-tools image \
+	image-tools test-image
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,7 +37,19 @@ $(GRPC_JS)/node_modules/.installed: $(GRPC_JS)/package.json $(GRPC_JS)/package-l
 	npm ci --prefix $(GRPC_JS) --no-audit --no-fund --ignore-scripts
 	touch $@
 
-install-test: $(VENV)/.installed-test $(GRPC_JS_STAMP)
+# Programs from Debian that the tests run: HAProxy (tests/deploy/test_load_balancer.py) and
+# kubectl (renders deploy/kubernetes with kustomize). Installed with apt-get where missing.
+APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
+
+system-tools:
+	@missing=""; \
+	[ -x /usr/sbin/haproxy ] || command -v haproxy >/dev/null || missing="$$missing haproxy"; \
+	command -v kubectl >/dev/null || missing="$$missing kubernetes-client"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing$$missing"; apt-get update -q && $(APT_INSTALL) $$missing; \
+	fi
+
+install-test: $(VENV)/.installed-test $(GRPC_JS_STAMP) system-tools
 
 $(REPO)/.built: install
 	$(BIN)/python -m ptserve.examples $(REPO)
@@ -49,18 +62,39 @@ serve: install examples
 		--grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
 
 test: install-test
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks deploy
+	$(BIN)/ruff format --check src tests benchmarks deploy
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/pytest -q
 
 lint: install-test
-	$(BIN)/ruff check --fix src tests benchmarks
-	$(BIN)/ruff format src tests benchmarks
+	$(BIN)/ruff check --fix src tests benchmarks deploy
+	$(BIN)/ruff format src tests benchmarks deploy
 
 bench: install-test examples
 	$(BIN)/python -m benchmarks.serving --repository $(REPO)
+
+# The CPU container image, built with buildah (no Docker daemon): deploy/image/build.sh says how
+# (BASE=local makes the base from the Debian mirror with mmdebstrap). runc: see containers.conf.
+IMAGE ?= localhost/ptserve:cpu
+IMAGE_BASE ?= local
+
+image-tools:
+	@missing=""; \
+	for tool in buildah podman mmdebstrap runc; do \
+		command -v $$tool >/dev/null || missing="$$missing $$tool"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing$$missing"; apt-get update -q && $(APT_INSTALL) $$missing uidmap; \
+	fi
+
+image: image-tools
+	IMAGE=$(IMAGE) BASE=$(IMAGE_BASE) deploy/image/build.sh
+
+# Runs the image: serves the example repository and the KServe layout, asked with tritonclient.
+test-image: image install-test
+	IMAGE=$(IMAGE) $(BIN)/python -m pytest -q -p no:cacheprovider deploy/image/test_image.py
 
 clean:
 	rm -rf $(VENV) $(REPO) build *.egg-info $(GRPC_JS)/node_modules

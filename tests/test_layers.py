@@ -21,6 +21,8 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 # Imports that may stay inside a function, and why.
 LOCAL_IMPORTS_ALLOWED = {
     ("cli.py", "uvloop"),  # an optional speed-up: the server runs on asyncio without it
+    # An optional extra (boto3): imported only when an s3:// repository is named.
+    ("repository/sources.py", "ptserve.repository.s3"),
 }
 
 

@@ -23,6 +23,8 @@ from ptserve.frontends.grpc.server import TRANSPORTS, start_grpc_server
 from ptserve.frontends.http.server import DEFAULT_MAX_INPUT_SIZE, start_http_server
 from ptserve.frontends.metrics import start_metrics_server
 from ptserve.frontends.restrictions import Restrictions, parse_restriction
+from ptserve.repository import RepositoryOptions, check_location
+from ptserve.repository.layout import is_safe_name
 from ptserve.transports.http1 import DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS
 from ptserve.transports.tls import server_ssl_context
 
@@ -89,6 +91,25 @@ def _trace_config(value: str) -> tuple[str, str]:
             f"got '{value}'"
         )
     return name, item.strip()
+
+
+def _repository(value: str) -> str | Path:
+    """A local path, or an object store URL checked here (form, client library)."""
+    if "://" not in value:
+        return Path(value)
+    try:
+        check_location(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
+def _model_name(value: str) -> str:
+    if not is_safe_name(value):
+        raise argparse.ArgumentTypeError(
+            f"expected a model name without '/', '\\' or NUL (not '.' or '..'), got '{value}'"
+        )
+    return value
 
 
 def _restriction(value: str) -> Any:
@@ -189,9 +210,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--model-store",
         action="append",
         required=True,
-        type=Path,
+        type=_repository,
         dest="model_repository",
-        help="path of a model repository (repeatable)",
+        metavar="PATH_OR_URL",
+        help="a model repository (repeatable): a local folder, or s3://bucket/path, "
+        "s3://host:port/bucket/path (plain HTTP) or s3://https://host:port/bucket/path; a path "
+        "may also be one model's own folder (KServe's /mnt/models)",
+    )
+    models.add_argument(
+        "--model-name",
+        type=_model_name,
+        default=None,
+        help="the name of the model when a repository path is one model's own folder "
+        "(default: the name its config gives, else the folder's name)",
+    )
+    models.add_argument(
+        "--repository-cache-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where object store repositories are copied and kept between restarts (default: "
+        "$TRITON_AWS_MOUNT_DIRECTORY for s3://, else a temporary folder removed at exit)",
     )
     models.add_argument(
         "--model-control-mode",
@@ -392,6 +431,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         model_control_mode=args.model_control_mode,
         load_models=list(args.load_model),
         repository_poll_secs=args.repository_poll_secs,
+        repository_options=RepositoryOptions(args.repository_cache_dir, args.model_name or ""),
     )
 
 
@@ -424,7 +464,11 @@ async def serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
 
-    server = InferenceServer(options_from_args(args))
+    try:
+        server = InferenceServer(options_from_args(args))
+    except ValueError as exc:  # a repository that cannot be opened (e.g. its cache folder)
+        log.error("%s", exc)
+        return 2
     if args.trace_config:
         levels = [v for k, v in args.trace_config if k == "trace_level"]
         changes: dict[str, Any] = {k: v for k, v in args.trace_config if k != "trace_level"}

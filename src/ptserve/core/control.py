@@ -12,7 +12,7 @@ import contextlib
 import logging
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 
@@ -21,31 +21,18 @@ from google.protobuf import json_format
 from ptserve.common.errors import ServerError, invalid_arg, not_found, unavailable
 from ptserve.config.parse import ModelConfig
 from ptserve.core.manager import ModelManager
-from ptserve.repository import scan_repositories
+from ptserve.repository import (
+    ModelSource,
+    Repository,
+    RepositoryOptions,
+    open_repository,
+    scan_repositories,
+)
 
 log = logging.getLogger("ptserve.control")
 
 CONTROL_MODES = ("none", "poll", "explicit")
 NOT_ALLOWED = "explicit model load / unload is not allowed if polling is enabled"
-
-# A model folder's state on disk: (relative path, size, mtime in ns) of every file in it.
-Fingerprint = tuple[tuple[str, int, int], ...]
-
-
-def fingerprint(model_dir: Path) -> Fingerprint:
-    """What changes whenever any file of the model folder is added, removed or rewritten."""
-    entries: list[tuple[str, int, int]] = []
-    try:
-        for path in sorted(model_dir.rglob("*")):
-            relative = path.relative_to(model_dir)
-            if any(part.startswith(".") for part in relative.parts):
-                continue
-            stat = path.stat()
-            size = stat.st_size if path.is_file() else -1
-            entries.append((relative.as_posix(), size, stat.st_mtime_ns))
-    except OSError:  # a file vanished while we looked: the folder is changing
-        entries.append(("", -2, 0))
-    return tuple(entries)
 
 
 def parse_config_override(name: str, text: str) -> ModelConfig:
@@ -91,22 +78,29 @@ class ModelControl:
     def __init__(
         self,
         manager: ModelManager,
-        repositories: list[Path],
+        repositories: Sequence[str | Path | Repository],
         mode: str = "none",
         load_models: Iterable[str] = (),
         poll_secs: float = 15.0,
         load_threads: int = 4,
+        repository_options: RepositoryOptions | None = None,
     ) -> None:
+        """``repositories``: local paths, object store URLs (``s3://bucket/path``) or opened
+        repositories; a malformed URL or a missing client library raises ValueError."""
         if mode not in CONTROL_MODES:
             raise ValueError(f"unknown model control mode '{mode}'")
         self.manager = manager
-        self.repositories = repositories
+        options = repository_options or RepositoryOptions()
+        self.repositories: list[Repository] = [
+            open_repository(r, options) if isinstance(r, str | Path) else r for r in repositories
+        ]
         self.mode = mode
         self.load_models = list(load_models)
         self.poll_secs = poll_secs
         self.load_threads = load_threads
-        self._attempted: dict[str, Fingerprint] = {}  # what the last load of a model saw
-        self._seen: dict[str, Fingerprint] = {}  # what the last poll saw
+        self._attempted: dict[str, Hashable] = {}  # what the last load of a model saw
+        self._seen: dict[str, Hashable] = {}  # what the last poll saw
+        self._origin: dict[str, str] = {}  # the repository a model was loaded from
         self._poller: asyncio.Task[None] | None = None
 
     # --- startup -----------------------------------------------------------------------------
@@ -115,6 +109,9 @@ class ModelControl:
         """Load what the mode loads at start (logging progress); returns the failures."""
         scan = scan_repositories(self.repositories)
         failures: list[str] = []
+        for reason in scan.failed.values():
+            log.error("%s", reason)
+            failures.append(reason)
         for name, paths in scan.duplicates.items():
             message = (
                 f"model '{name}' appears in several repositories "
@@ -140,18 +137,18 @@ class ModelControl:
             self._poller = asyncio.get_running_loop().create_task(self._poll_forever())
         return failures
 
-    async def _load_many(self, targets: dict[str, Path]) -> list[str]:
+    async def _load_many(self, targets: dict[str, ModelSource]) -> list[str]:
         total = len(targets)
         if total:
             log.info("loading %d model(s): %s", total, ", ".join(targets))
         done = 0
         failures: list[str] = []
 
-        def load(name: str, path: Path) -> None:
+        def load(name: str, source: ModelSource) -> None:
             nonlocal done
-            self._attempted[name] = self._seen[name] = fingerprint(path)
+            self._attempted[name] = self._seen[name] = source.fingerprint
             try:
-                self.manager.load(name, path)
+                self._load_source(source)
             finally:
                 done += 1
                 log.info("model load progress: %d of %d done ('%s')", done, total, name)
@@ -166,6 +163,21 @@ class ModelControl:
                     log.error("model load failed: %r", outcome)
                     failures.append(str(outcome))
         return failures
+
+    def _load_source(self, source: ModelSource, override: ModelConfig | None = None) -> None:
+        """Bring the model's files to local disk (a download for remote repositories), then
+        load it; its temporary folder, if any, goes when the model retires."""
+        self._origin[source.name] = source.repository.location
+        try:
+            local = source.fetch()
+        except (ServerError, OSError) as exc:
+            # The files did not arrive (the store or the disk failed): poll mode tries again on
+            # its next scan instead of waiting for the files to change.
+            self._attempted.pop(source.name, None)
+            if isinstance(exc, ServerError):
+                raise
+            raise unavailable(f"failed to load '{source.name}': {exc}") from None
+        self.manager.load(source.name, local.path, override, temp_dir=local.temp_dir)
 
     async def stop(self) -> None:
         if self._poller is not None:
@@ -191,15 +203,19 @@ class ModelControl:
         copied or a config being written is never loaded half-done.
         """
         scan = scan_repositories(self.repositories)
+        for reason in scan.failed.values():
+            log.warning("%s; its models stay as they are until it can be read again", reason)
         for name in list(self._attempted):
             if name not in scan.models:
+                if self._origin.get(name) in scan.failed:
+                    continue  # unknown this time, not gone
                 self._attempted.pop(name)
                 self._seen.pop(name, None)
                 if name in self.manager.models:
                     log.info("model '%s' left the repository: unloading it", name)
                     self.manager.unload(name, forget=True)
-        for name, path in scan.models.items():
-            current = fingerprint(path)
+        for name, source in scan.models.items():
+            current = source.fingerprint
             previous = self._seen.get(name)
             self._seen[name] = current
             if self._attempted.get(name) == current:
@@ -214,12 +230,13 @@ class ModelControl:
             self._attempted[name] = current
             log.info("model '%s' changed in the repository: loading it", name)
             try:
-                self.manager.load(name, path)
+                self._load_source(source)
             except ServerError as exc:
                 log.warning(
-                    "model '%s' failed to load (%s); it is retried once its files change",
+                    "model '%s' failed to load (%s); it is retried %s",
                     name,
                     exc.message,
+                    "once its files change" if name in self._attempted else "on the next poll",
                 )
 
     # --- explicit mode -----------------------------------------------------------------------
@@ -228,8 +245,14 @@ class ModelControl:
         if self.mode != "explicit":
             raise unavailable(NOT_ALLOWED)
 
-    def find(self, name: str) -> Path | None:
-        return scan_repositories(self.repositories).models.get(name)
+    def find(self, name: str) -> ModelSource | None:
+        """Where the model is; None when no repository holds it (a repository that cannot be
+        read makes that unknown: UNAVAILABLE with its reason)."""
+        scan = scan_repositories(self.repositories)
+        source = scan.models.get(name)
+        if source is None and scan.failed:
+            raise unavailable(f"model '{name}': " + "; ".join(scan.failed.values()))
+        return source
 
     def load(self, name: str, config_json: str | None, files: dict[str, bytes]) -> None:
         """Load (or reload) ``name``, optionally with a JSON config and files (on a thread)."""
@@ -244,12 +267,12 @@ class ModelControl:
             temp_dir = write_files(name, files)
             self.manager.load(name, temp_dir, override, temp_dir=temp_dir)
             return
-        path = self.find(name)
-        if path is None:
+        source = self.find(name)
+        if source is None:
             raise invalid_arg(
                 f"failed to load '{name}': no model folder '{name}' in the model repositories"
             )
-        self.manager.load(name, path, override)
+        self._load_source(source, override)
 
     def unload(self, name: str, unload_dependents: bool = False) -> None:
         """Unload every version of ``name``. No model here depends on another (no ensembles),

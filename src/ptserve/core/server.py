@@ -23,6 +23,7 @@ from ptserve.core.model import UNLOADED, ModelVersion
 from ptserve.core.shared_memory import SharedMemoryRegistry
 from ptserve.core.trace_settings import TraceSettings, TraceValue
 from ptserve.core.tracing import Trace, Tracer
+from ptserve.repository import RepositoryOptions
 from ptserve.scheduling.params import request_options
 from ptserve.scheduling.work import WorkItem
 
@@ -46,7 +47,7 @@ EXTENSIONS = (
 
 @dataclass(slots=True)
 class ServerOptions:
-    model_repositories: list[Path] = field(default_factory=list)
+    model_repositories: list[str | Path] = field(default_factory=list)  # paths or s3:// URLs
     strict_model_config: bool = False
     model_config_name: str = ""
     exit_on_error: bool = True
@@ -58,6 +59,7 @@ class ServerOptions:
     model_control_mode: str = "none"
     load_models: list[str] = field(default_factory=list)
     repository_poll_secs: float = 15.0
+    repository_options: RepositoryOptions = field(default_factory=RepositoryOptions)
 
 
 def default_backends() -> list[Backend]:
@@ -89,6 +91,7 @@ class InferenceServer:
             options.load_models,
             options.repository_poll_secs,
             options.load_threads,
+            options.repository_options,
         )
         self.active_requests = 0  # inference requests between arrival and answer
 
