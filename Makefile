@@ -7,6 +7,7 @@ HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 
+.PHONY: browser-tools test-browser
 .PHONY: install install-test serve test lint typecheck examples bench clean system-tools image \
 	image-tools test-image
 
@@ -74,6 +75,16 @@ lint: install-test
 
 bench: install-test examples
 	$(BIN)/python -m benchmarks.serving --repository $(REPO)
+
+# The web console in a real browser: Debian's Chromium (installed where missing) driven by
+# Playwright for Python. `make test` runs the same tests where Chromium is present (they skip,
+# saying so, where it is not). Screenshots of every page: build/console-screenshots/.
+browser-tools:
+	@command -v chromium >/dev/null || { echo "installing chromium"; apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium fonts-dejavu-core; }
+
+test-browser: install-test browser-tools
+	$(BIN)/pytest -q -m browser tests/frontends/console
 
 # The CPU container image, built with buildah (no Docker daemon): deploy/image/build.sh says how
 # (BASE=local makes the base from the Debian mirror with mmdebstrap). runc: see containers.conf.

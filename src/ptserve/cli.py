@@ -17,6 +17,7 @@ from ptserve.common.version import __version__
 from ptserve.core.control import CONTROL_MODES
 from ptserve.core.metrics import Metrics, MetricsConfig
 from ptserve.core.server import InferenceServer, ServerOptions
+from ptserve.frontends.console.service import Console
 from ptserve.frontends.grpc.guard import parse_protocol_restriction, protocol_restrictions
 from ptserve.frontends.grpc.keepalive import Keepalive
 from ptserve.frontends.grpc.server import TRANSPORTS, start_grpc_server
@@ -329,6 +330,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="API[,API...]:HEADER=VALUE",
         help="answer 403 for these API groups unless HEADER equals VALUE (repeatable)",
     )
+    http.add_argument(
+        "--allow-console",
+        default=True,
+        **bool_flag,
+        help="serve the web console at /console, with GET /v2/metrics (the metrics as "
+        "Prometheus text) and GET /v2/server/info for it (default true)",
+    )
     _add_tls_flags(http, "http", "HTTPS", bool_flag)
 
     grpc = parser.add_argument_group("GRPC")
@@ -509,6 +517,7 @@ async def serve(args: argparse.Namespace) -> int:
             args.http_read_timeout_secs,
             args.http_idle_timeout_secs,
             args.http_max_connections,
+            Console(server, metrics) if args.allow_console else None,
         )
         listeners.append(http)
         log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)

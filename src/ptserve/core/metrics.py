@@ -188,7 +188,8 @@ class Metrics:
     def __init__(self, server: InferenceServer, config: MetricsConfig) -> None:
         self.server = server
         self.config = config
-        self._cpu_last: tuple[int, int] | None = None
+        # The /proc/stat counters at each reader's previous render (see ``render``).
+        self._cpu_last: dict[str, tuple[int, int]] = {}
         if config.summary_latencies or config.histogram_latencies:
             server.manager.on_version = self.watch
             for model in list(server.manager.models.values()):
@@ -201,7 +202,10 @@ class Metrics:
 
     # --- rendering ---------------------------------------------------------------------------
 
-    def render(self) -> str:
+    def render(self, reader: str = "") -> str:
+        """Every metric as Prometheus text. ``nv_cpu_utilization`` is the busy share since the
+        previous render for the same ``reader``, so that one reader (the console, polling
+        every second) does not shorten the window another (a scraper) sees."""
         versions = [
             v
             for _, model in sorted(self.server.manager.models.items())
@@ -215,7 +219,7 @@ class Metrics:
         if self.config.histogram_latencies:
             self._histogram(lines, versions)
         if self.config.cpu_metrics:
-            self._cpu(lines)
+            self._cpu(lines, reader)
         if self.config.gpu_metrics:
             self._gpu(lines)
         return "\n".join(lines) + "\n"
@@ -336,8 +340,8 @@ class Metrics:
             lines.append(f"{HISTOGRAM}_sum{_labels(base)} {_number(round(total, 3))}")
             lines.append(f"{HISTOGRAM}_count{_labels(base)} {count}")
 
-    def _cpu(self, lines: list[str]) -> None:
-        utilization = self._cpu_utilization()
+    def _cpu(self, lines: list[str], reader: str) -> None:
+        utilization = self._cpu_utilization(reader)
         total, used = _memory()
         if utilization is not None:
             self._family(lines, "nv_cpu_utilization", "gauge", "CPU utilization rate [0.0 - 1.0]")
@@ -352,8 +356,9 @@ class Metrics:
             )
             lines.append(f"nv_cpu_memory_used_bytes {used}")
 
-    def _cpu_utilization(self) -> float | None:
-        """Busy share of all CPUs since the previous scrape (since boot on the first)."""
+    def _cpu_utilization(self, reader: str) -> float | None:
+        """Busy share of all CPUs since ``reader``'s previous scrape (since boot on its
+        first)."""
         try:
             fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
         except OSError:
@@ -361,8 +366,8 @@ class Metrics:
         values = [int(f) for f in fields]
         idle = values[3] + (values[4] if len(values) > 4 else 0)
         total = sum(values[:8])
-        last = self._cpu_last
-        self._cpu_last = (idle, total)
+        last = self._cpu_last.get(reader)
+        self._cpu_last[reader] = (idle, total)
         if last is not None and total > last[1]:
             idle, total = idle - last[0], total - last[1]
         return 1.0 - idle / total if total else 0.0

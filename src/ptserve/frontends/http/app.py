@@ -14,7 +14,8 @@ from ptserve.common.errors import ServerError, invalid_arg, not_found, unsupport
 from ptserve.common.requests import InferResponse
 from ptserve.core.server import InferenceServer
 from ptserve.core.shared_memory import CUDA_SHM_UNSUPPORTED
-from ptserve.frontends.http import codec, compression
+from ptserve.frontends.console.service import CONSOLE_OFF, Console
+from ptserve.frontends.http import codec, compression, openapi
 from ptserve.frontends.repository_api import load_parameters, unload_dependents
 from ptserve.frontends.restrictions import Restrictions
 from ptserve.transports.http1 import HttpRequest, HttpResponse
@@ -49,6 +50,12 @@ ROUTES: tuple[tuple[str, str, dict[str, str]], ...] = (
     (_MODEL + r"/stats", "statistics", {"GET": "model_stats"}),
     (_MODEL + r"/infer", "inference", {"POST": "infer"}),
     (_MODEL, "metadata", {"GET": "model_metadata"}),
+    # This API described; the web console's files and the two read-only routes it needs
+    # (frontends/console). The console's files are "metadata": its first call is to /v2.
+    (r"/v2/openapi\.json", "metadata", {"GET": "openapi"}),
+    (r"/v2/metrics", "statistics", {"GET": "console_metrics"}),
+    (r"/v2/server/info", "metadata", {"GET": "console_info"}),
+    (r"/console(?:/(?P<asset>.+))?", "metadata", {"GET": "console_file"}),
 )
 _COMPILED = tuple((re.compile(pattern), group, names) for pattern, group, names in ROUTES)
 
@@ -98,9 +105,11 @@ class HttpApp:
         server: InferenceServer,
         max_input_size: int,
         restrictions: Restrictions | None = None,
+        console: Console | None = None,
     ) -> None:
         self.server = server
         self.max_input_size = max_input_size
+        self.console = console  # None: --allow-console=false
         self.restrictions = restrictions or Restrictions([])
         self._restricted = bool(self.restrictions)
         self.headers = codec.HeaderCache()  # infer headers seen before
@@ -176,6 +185,26 @@ class HttpApp:
         return HttpResponse.json(
             self.server.statistics(params.get("model", ""), params.get("version", ""))
         )
+
+    # --- this API described, and the web console -----------------------------------------
+
+    async def openapi(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        return HttpResponse.json(openapi.document())
+
+    async def console_file(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        if self.console is None:
+            return HttpResponse.error(404, CONSOLE_OFF)
+        return self.console.file(request.path, params.get("asset"))
+
+    async def console_metrics(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        if self.console is None:
+            return HttpResponse.error(404, CONSOLE_OFF)
+        return await self.console.metrics_text()
+
+    async def console_info(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        if self.console is None:
+            return HttpResponse.error(404, CONSOLE_OFF)
+        return self.console.info()
 
     # --- inference -------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ import asyncio
 import ssl
 
 from ptserve.core.server import InferenceServer
+from ptserve.frontends.console.service import Console
 from ptserve.frontends.http.app import HttpApp
 from ptserve.frontends.restrictions import Restrictions
 from ptserve.transports.http1 import (
@@ -30,12 +31,13 @@ async def start_http_server(
     read_timeout: float = DEFAULT_READ_TIMEOUT,
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    console: Console | None = None,
 ) -> asyncio.Server:
     """Listen on ``host:port``; the returned server is closed to stop accepting connections.
 
     ``max_connections`` (0: no limit) counts this listener's open connections; one beyond it
-    is answered 503 and closed."""
-    app = HttpApp(server, max_input_size, restrictions)
+    is answered 503 and closed. ``console``: the web console's routes (None: off)."""
+    app = HttpApp(server, max_input_size, restrictions, console)
     limits = HttpLimits(read_timeout=read_timeout, idle_timeout=idle_timeout)
     connections = Connections(max_connections)
     loop = asyncio.get_running_loop()
