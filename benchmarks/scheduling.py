@@ -1,27 +1,26 @@
-"""Dynamic batching under load: the example CNN and MLP served with and without batching.
+"""Dynamic batching under load, side by side with a peer: the example CNN and MLP at batch 32.
 
     python -m benchmarks.scheduling [--seconds 5] [--repeats 2] [--concurrency 32]
-                                    [--protocol http|grpc]
+                                    [--peer triton] [--scenarios NAME ...] [--floor]
 
-The server runs on core 0 (``taskset``), perf_analyzer (binary tensors) on core 1, torch at one
-thread. The in-process baseline calls the same TorchScript file at batch 32 on core 0, once as a
-plain process and once with the server's host memory setting (``--retain-host-memory``, on by
-default), which speeds the model itself up: the second ratio is the serving overhead alone. Both
-sides compute on the same kind of values: 64 seeded normal samples, which perf_analyzer sends in
-turn (``--input-data``) and of which the baseline's batch holds 32. A CNN's speed depends on its
-input: perf_analyzer's default sends one sample of random bytes with every request, and a batch
-of 32 copies of one sample runs about a fifth faster than a batch of 32 different ones.
+Every server runs on core 0 (``taskset``), the load generator on core 1, torch at one intra-op
+and one inter-op thread (config parameters both servers read). Models: ``<model>_batched`` (max
+batch 32, 1 ms delay, one CPU instance) and ``mlp_plain`` (no batching). Each scenario is one
+model asked one way at ``--concurrency``: perf_analyzer with binary tensors, with JSON tensors
+(``--input-tensor-format json``), over gRPC, or wrk posting v2 JSON bodies. ``--peer triton``
+starts Triton with its LibTorch backend on the same repository (see ``benchmarks.peers``); the
+servers are measured in turn within each repeat, and the best of ``--repeats`` is compared.
 
-Each served line gives the server process's CPU time per request. For the CNN, what it spends
-beyond the in-process time per sample is set against the budget that the CNN target leaves,
-``(1 / 0.85 - 1)`` times that time, and against the floor: what no server on this core can
-avoid, measured on a few lines of uvloop and httptools that answer every infer request with a
-canned response (``benchmarks.floor_server``; its CPU time per request is the kernel's socket
-work and one pass of the event loop and parser).
+Both sides compute on the same values: 64 seeded normal samples, sent in turn by perf_analyzer
+(``--input-data``) and wrk, of which the in-process baseline's batch holds 32. The baseline
+calls the same TorchScript file at batch 32 on core 0, as a plain process and with ptserve's host
+memory setting (``--retain-host-memory``, on by default), which speeds the model itself up: the
+second ratio is the serving overhead alone. Each row gives the server's CPU time per request.
+``--floor`` adds the canned-answer server (``benchmarks.floor_server``: a few lines of uvloop and
+httptools that answer every infer request from memory): what any Python server on this core
+spends per request before it does anything.
 
-Every figure is printed beside the one it is compared with, from the same run, because absolute
-numbers on a shared two-core machine drift; ``--repeats`` shows how much. The batch-size
-histograms come from the server's statistics endpoint.
+Figures from a shared two-core machine drift between runs: compare within one run only.
 """
 
 from __future__ import annotations
@@ -37,13 +36,15 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from tests.serverproc import ServerProcess, free_port
+from tests.serverproc import free_port
 
+from benchmarks.peers import PEERS, Server, process_cpu_s, servers
 from benchmarks.serving import perf_analyzer_path
 from ptserve.common.host_memory import retain_freed_memory
 from ptserve.examples import CNN_CONFIG, MLP_CONFIG, build_example_repository
@@ -51,17 +52,10 @@ from ptserve.examples import CNN_CONFIG, MLP_CONFIG, build_example_repository
 SHAPES = {"mlp": (64,), "cnn": (3, 32, 32)}
 BATCHED = "dynamic_batching { max_queue_delay_microseconds: 1000 }"
 ONE_INSTANCE = "instance_group [ { count: 1 kind: KIND_CPU } ]"
-
-
-class PinnedServer(ServerProcess):
-    """The server process on one core."""
-
-    def __init__(self, repositories: list[Path], core: int) -> None:
-        super().__init__(repositories, ["--log-info=false"], env={"OMP_NUM_THREADS": "1"})
-        self.core = core
-
-    def command(self) -> list[str]:
-        return ["taskset", "-c", str(self.core), *super().command()]
+ONE_THREAD = (
+    'parameters { key: "INTRA_OP_THREAD_COUNT" value: { string_value: "1" } }\n'
+    'parameters { key: "INTER_OP_THREAD_COUNT" value: { string_value: "1" } }'
+)
 
 
 SAMPLES = 64
@@ -97,7 +91,9 @@ def write_variants(repository: Path) -> None:
             folder.mkdir(parents=True)
             (folder / "model.pt").write_bytes((examples / model / "1" / "model.pt").read_bytes())
             text = config.replace(f'name: "{model}"', f'name: "{name}"')
-            (repository / name / "config.pbtxt").write_text(f"{text}\n{ONE_INSTANCE}\n{extra}\n")
+            (repository / name / "config.pbtxt").write_text(
+                f"{text}\n{ONE_INSTANCE}\n{ONE_THREAD}\n{extra}\n"
+            )
 
 
 def in_process(model_file: Path, model: str, seconds: float, retain: bool) -> float:
@@ -143,10 +139,11 @@ def perf_analyzer(
     model: str,
     concurrency: int,
     seconds: float,
-    core: int,
+    core: int | str,
     input_data: Path,
     protocol: str = "http",
     timeout: float | None = None,
+    tensor_format: str = "binary",
 ) -> dict[str, float]:
     with tempfile.NamedTemporaryFile(suffix=".csv") as report:
         command = [
@@ -158,6 +155,9 @@ def perf_analyzer(
             "--input-data", str(input_data),
             "-f", report.name,
         ]  # fmt: skip
+        if protocol == "http":
+            command += ["--input-tensor-format", tensor_format]
+            command += ["--output-tensor-format", tensor_format]
         limit = timeout if timeout is not None else seconds * 20 + 120
         subprocess.run(command, check=True, capture_output=True, timeout=limit)
         row = list(csv.DictReader(io.StringIO(Path(report.name).read_text())))[-1]
@@ -168,15 +168,61 @@ def perf_analyzer(
     }
 
 
+WRK_SCRIPT = """
+local bodies = {BODIES}
+local next_body = 0
+request = function()
+  next_body = next_body % #bodies + 1
+  return wrk.format("POST", nil, {["Content-Type"] = "application/json"}, bodies[next_body])
+end
+"""
+
+
+def wrk(
+    url: str, model: str, concurrency: int, seconds: float, core: int, kind: str
+) -> dict[str, float]:
+    """wrk posting the samples as v2 JSON bodies in turn; any answer but 200 fails the run."""
+    bodies = [
+        json.dumps(
+            {"inputs": [{"name": "INPUT__0", "shape": [1, *SHAPES[kind]], "datatype": "FP32",
+                         "data": one.ravel().tolist()}]}
+        )
+        for one in samples(kind)
+    ]  # fmt: skip
+    lua = WRK_SCRIPT.replace("{BODIES}", "{" + ", ".join(json.dumps(b) for b in bodies) + "}")
+    with tempfile.NamedTemporaryFile("w", suffix=".lua") as script:
+        script.write(lua)
+        script.flush()
+        command = [
+            "taskset", "-c", str(core), "wrk", "-t1", f"-c{concurrency}",
+            f"-d{max(int(seconds), 1)}s", "--latency", "-s", script.name, f"http://{url}/v2/models/{model}/infer",
+        ]  # fmt: skip
+        output = subprocess.run(
+            command, check=True, capture_output=True, text=True, timeout=seconds + 60
+        ).stdout
+    if "Non-2xx" in output or "Socket errors" in output:
+        raise RuntimeError(f"wrk saw failed requests:\n{output}")
+    latency: dict[str, float] = {}
+    throughput = 0.0
+    for line in output.splitlines():
+        fields = line.split()
+        if len(fields) == 2 and fields[0] in ("50%", "99%"):
+            latency[fields[0]] = _wrk_us(fields[1])
+        elif line.startswith("Requests/sec:"):
+            throughput = float(fields[1])
+    return {"throughput": throughput, "p50_us": latency["50%"], "p99_us": latency["99%"]}
+
+
+def _wrk_us(text: str) -> float:
+    for unit, scale in (("us", 1.0), ("ms", 1e3), ("s", 1e6)):
+        if text.endswith(unit):
+            return float(text[: -len(unit)]) * scale
+    raise ValueError(f"unknown wrk latency {text!r}")
+
+
 def get_json(url: str, path: str) -> Any:
     with urllib.request.urlopen(f"http://{url}{path}", timeout=10) as reply:
         return json.loads(reply.read())
-
-
-def process_cpu_s(pid: int) -> float:
-    """User and system CPU seconds of a process so far (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def model_requests(url: str, model: str) -> int:
@@ -185,14 +231,13 @@ def model_requests(url: str, model: str) -> int:
 
 
 def with_server_cpu(
-    server: ServerProcess, model: str, measure: Callable[[], dict[str, float]]
+    server: Server, model: str, measure: Callable[[], dict[str, float]]
 ) -> dict[str, float]:
     """``measure()``'s figures, plus the server process's CPU microseconds per request answered
-    over the whole perf_analyzer run (``cpu_us``)."""
-    assert server.process is not None
-    cpu, requests = process_cpu_s(server.process.pid), model_requests(server.http_url, model)
+    over the whole run (``cpu_us``)."""
+    cpu, requests = process_cpu_s(server.pid), model_requests(server.http_url, model)
     figures = measure()
-    cpu_after = process_cpu_s(server.process.pid)
+    cpu_after = process_cpu_s(server.pid)
     requests_after = model_requests(server.http_url, model)
     figures["cpu_us"] = (cpu_after - cpu) * 1e6 / max(requests_after - requests, 1)
     return figures
@@ -274,12 +319,65 @@ def histogram(url: str, model: str) -> dict[int, int]:
 TARGET = 0.85  # of the in-process batch-32 throughput
 
 
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """One model asked one way."""
+
+    name: str
+    model: str
+    generator: str  # "perf_analyzer" or "wrk"
+    protocol: str = "http"
+    tensor_format: str = "binary"
+
+    @property
+    def kind(self) -> str:
+        return self.model.split("_")[0]
+
+
+SCENARIOS = (
+    Scenario("mlp binary", "mlp_batched", "perf_analyzer"),
+    Scenario("mlp json", "mlp_batched", "perf_analyzer", tensor_format="json"),
+    Scenario("mlp grpc", "mlp_batched", "perf_analyzer", protocol="grpc"),
+    Scenario("mlp wrk json", "mlp_batched", "wrk"),
+    Scenario("cnn binary", "cnn_batched", "perf_analyzer"),
+    Scenario("cnn json", "cnn_batched", "perf_analyzer", tensor_format="json"),
+    Scenario("cnn grpc", "cnn_batched", "perf_analyzer", protocol="grpc"),
+    Scenario("mlp unbatched", "mlp_plain", "perf_analyzer"),
+)
+
+
+def measure(
+    scenario: Scenario, server: Server, binary: str, args: argparse.Namespace, data: dict[str, Path]
+) -> dict[str, float]:
+    def run() -> dict[str, float]:
+        if scenario.generator == "wrk":
+            return wrk(
+                server.http_url, scenario.model, args.concurrency, args.seconds, 1, scenario.kind
+            )
+        url = server.grpc_url if scenario.protocol == "grpc" else server.http_url
+        return perf_analyzer(
+            binary, url, scenario.model, args.concurrency, args.seconds, 1, data[scenario.kind],
+            scenario.protocol, tensor_format=scenario.tensor_format,
+        )  # fmt: skip
+
+    return with_server_cpu(server, scenario.model, run)
+
+
+def best(runs: list[dict[str, float]]) -> dict[str, float]:
+    return max(runs, key=lambda figures: figures["throughput"])
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--protocol", choices=["http", "grpc"], default="http")
+    parser.add_argument("--peer", action="append", default=[], choices=PEERS)
+    parser.add_argument(
+        "--scenarios", nargs="+", choices=[s.name for s in SCENARIOS], metavar="NAME",
+        help=f"default: all ({'; '.join(s.name for s in SCENARIOS)})",
+    )  # fmt: skip
+    parser.add_argument("--floor", action="store_true", help="measure the canned-answer floor")
     parser.add_argument("--baseline", type=Path, help=argparse.SUPPRESS)  # see in_process()
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--retain-host-memory", action="store_true", help=argparse.SUPPRESS)
@@ -290,74 +388,99 @@ def main(argv: list[str] | None = None) -> None:
     binary = perf_analyzer_path()
     if binary is None:
         sys.exit("perf_analyzer is not installed: set PERF_ANALYZER to its path")
+    chosen = [s for s in SCENARIOS if args.scenarios is None or s.name in args.scenarios]
     repository = Path(tempfile.mkdtemp(prefix="ptserve-sched-bench-"))
     write_variants(repository)
     data = write_input_data(repository.parent / f"{repository.name}-data")
-    runs: list[dict[str, Any]] = []
-    with PinnedServer([repository], core=0) as server:
-        url = server.http_url
-        load_url = server.grpc_url if args.protocol == "grpc" else url
+    figures: dict[tuple[str, str], list[dict[str, float]]] = {}
+    inproc: dict[str, list[float]] = {"plain": [], "retained": []}
+    floors: list[dict[str, float]] = []
+    with servers(repository, "0", args.peer) as running:
+        names = [server.name for server in running]
+        cnn_file = repository / "cnn_plain" / "1" / "model.pt"
         for repeat in range(args.repeats):
-            row: dict[str, Any] = {"repeat": repeat}
-            cnn_file = repository / "cnn_plain" / "1" / "model.pt"
-            row["cnn_inproc_b32"] = in_process(cnn_file, "cnn", args.seconds, retain=False)
-            row["cnn_inproc_b32_retained"] = in_process(cnn_file, "cnn", args.seconds, retain=True)
-            for model in ("cnn_batched", "mlp_batched", "mlp_plain"):
-                kind = model.split("_")[0]
+            inproc["plain"].append(in_process(cnn_file, "cnn", args.seconds, retain=False))
+            inproc["retained"].append(in_process(cnn_file, "cnn", args.seconds, retain=True))
+            for scenario in chosen:
+                for server in running:
+                    result = measure(scenario, server, binary, args, data)
+                    figures.setdefault((scenario.name, server.name), []).append(result)
+                    print(
+                        f"repeat {repeat} {scenario.name} {server.name}: "
+                        f"{result['throughput']:.0f} inf/s, p50 {result['p50_us']:.0f} us, "
+                        f"p99 {result['p99_us']:.0f} us, {result['cpu_us']:.1f} us CPU/request",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+            if args.floor:
+                found = floor(binary, running[0].http_url, "cnn_batched", data["cnn"])
+                if found is not None:
+                    floors.append(found)
+        histograms = {
+            (scenario.model, server.name): histogram(server.http_url, scenario.model)
+            for scenario in chosen
+            for server in running
+        }
+    report(chosen, names, figures, inproc, floors, histograms, args)
 
-                def measure(model: str = model, kind: str = kind) -> dict[str, float]:
-                    return perf_analyzer(
-                        binary, load_url, model, args.concurrency, args.seconds, 1,
-                        data[kind], args.protocol,
-                    )  # fmt: skip
 
-                row[model] = with_server_cpu(server, model, measure)
-            row["floor"] = floor(binary, url, "cnn_batched", data["cnn"])
-            runs.append(row)
-            cnn, mlp, plain = row["cnn_batched"], row["mlp_batched"], row["mlp_plain"]
-            retained = row["cnn_inproc_b32_retained"]
-            print(
-                f"repeat {repeat}: cnn batched {cnn['throughput']:.0f} inf/s vs in-process "
-                f"batch-32 {row['cnn_inproc_b32']:.0f} inf/s = "
-                f"{cnn['throughput'] / row['cnn_inproc_b32']:.1%} (in-process with the "
-                f"server's host memory setting: {retained:.0f} inf/s = "
-                f"{cnn['throughput'] / retained:.1%}); mlp batched "
-                f"{mlp['throughput']:.0f} vs plain {plain['throughput']:.0f} inf/s = "
-                f"{mlp['throughput'] / plain['throughput']:.2f}x",
-                flush=True,
-            )
-            for name in ("cnn_batched", "mlp_batched", "mlp_plain"):
-                served = row[name]
-                print(
-                    f"    {name}: p50 {served['p50_us']:.0f} us, p99 {served['p99_us']:.0f} us, "
-                    f"p99/p50 {served['p99_us'] / served['p50_us']:.2f}; server core "
-                    f"{served['cpu_us']:.1f} us per request",
-                    flush=True,
-                )
-            budget = (1 / TARGET - 1) * 1e6 / retained
-            base = row["floor"]
-            spent = (
-                "did not finish"
-                if base is None
-                else (
-                    f"{base['throughput']:.0f} req/s at concurrency {FLOOR_CONCURRENCY}, "
-                    f"{base['cpu_us']:.1f} us per request"
-                )
-            )
-            beyond = cnn["cpu_us"] - 1e6 / retained
-            print(
-                f"    cnn_batched spends {beyond:.1f} us per request beyond the in-process "
-                f"batch-32 time per sample; the cnn target ({TARGET:.0%}) leaves {budget:.1f} us; "
-                f"floor (canned answers): {spent}",
-                flush=True,
-            )
-        for model in ("cnn_batched", "mlp_batched", "mlp_plain"):
-            counts = histogram(url, model)
-            total = sum(counts.values())
-            top = sorted(counts.items(), key=lambda kv: -kv[1])[:6]
-            shown = ", ".join(f"{size}: {count / total:.1%}" for size, count in top)
-            print(f"batch sizes of {model} (share of {total} executions): {shown}")
-    print(json.dumps(runs, indent=1), file=sys.stderr)
+def report(
+    chosen: list[Scenario],
+    names: list[str],
+    figures: dict[tuple[str, str], list[dict[str, float]]],
+    inproc: dict[str, list[float]],
+    floors: list[dict[str, float]],
+    histograms: dict[tuple[str, str], dict[int, int]],
+    args: argparse.Namespace,
+) -> None:
+    """The best of the repeats, side by side."""
+    header = ["scenario"]
+    for name in names:
+        header += [f"{name} inf/s", f"{name} p50/p99 us", f"{name} p99/p50", f"{name} CPU us/req"]
+    header += [f"ptserve / {name}" for name in names[1:]]
+    print(f"concurrency {args.concurrency}, best of {args.repeats} x {args.seconds:g} s")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for scenario in chosen:
+        row = [scenario.name]
+        bests = {name: best(figures[(scenario.name, name)]) for name in names}
+        for name in names:
+            b = bests[name]
+            row += [
+                f"{b['throughput']:.0f}",
+                f"{b['p50_us']:.0f} / {b['p99_us']:.0f}",
+                f"{b['p99_us'] / b['p50_us']:.2f}",
+                f"{b['cpu_us']:.1f}",
+            ]
+        ptserve = bests["ptserve"]["throughput"]
+        row += [f"{ptserve / bests[name]['throughput']:.2f}x" for name in names[1:]]
+        print("| " + " | ".join(row) + " |")
+    plain, retained = max(inproc["plain"]), max(inproc["retained"])
+    print(
+        f"in-process CNN at batch 32: {plain:.0f} inf/s "
+        f"({retained:.0f} with the host memory setting)"
+    )
+    for scenario in chosen:
+        if scenario.kind != "cnn":
+            continue
+        shares = ", ".join(
+            f"{name} {best(figures[(scenario.name, name)])['throughput'] / plain:.1%}"
+            for name in names
+        )
+        print(f"  {scenario.name} served / in-process batch 32 (target {TARGET:.0%}): {shares}")
+    if floors:
+        top = best(floors)
+        print(
+            f"floor (canned answers, concurrency {FLOOR_CONCURRENCY}): "
+            f"{top['throughput']:.0f} req/s, {top['cpu_us']:.1f} us CPU/request"
+        )
+    for (model, name), counts in sorted(histograms.items()):
+        total = sum(counts.values())
+        if not total:
+            continue
+        top_sizes = sorted(counts.items(), key=lambda kv: -kv[1])[:5]
+        shown = ", ".join(f"{size}: {count / total:.0%}" for size, count in top_sizes)
+        print(f"batch sizes of {model} on {name} ({total} executions): {shown}")
 
 
 if __name__ == "__main__":
