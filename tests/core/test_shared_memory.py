@@ -8,7 +8,7 @@ import pytest
 
 from ptserve.common.errors import ServerError, Status
 from ptserve.common.requests import Placement
-from ptserve.core.shared_memory import SharedMemoryRegistry
+from ptserve.core.shared_memory import RESERVED_PREFIX, SharedMemoryRegistry
 
 
 @pytest.fixture()
@@ -60,7 +60,7 @@ def test_bounds_and_unknown_regions(registry: SharedMemoryRegistry) -> None:
     assert "shared memory region 'r' already in manager" in error.value.message
     with pytest.raises(ServerError) as error:
         registry.register("bad", "../etc/passwd", 0, 8)
-    assert "invalid shared memory key" in error.value.message
+    assert "invalid shm key" in error.value.message
     registry.unregister("r")
     registry.unregister("r")  # unknown names are a no-op, like the reference
     assert registry.status() == []
@@ -73,3 +73,44 @@ def test_disabled_registry_refuses(tmp_path: Path) -> None:
     assert _status(error) is Status.UNAVAILABLE
     assert error.value.message.startswith("Client shared memory is disabled")
     assert "--allow-client-shm" in error.value.message
+
+
+def test_disabled_registry_refuses_unregistering(tmp_path: Path) -> None:
+    registry = SharedMemoryRegistry(False, root=tmp_path)
+    with pytest.raises(ServerError) as error:
+        registry.unregister("r")
+    assert error.value.message.startswith("Client shared memory is disabled")
+    assert registry.status() == []
+    registry.close()  # shutting down is not a client's unregistering
+
+
+@pytest.mark.parametrize("key", ["/", "///", "a/b", "/..", ""])
+def test_keys_that_name_no_object(registry: SharedMemoryRegistry, key: str) -> None:
+    with pytest.raises(ServerError) as error:
+        registry.register("r", key, 0, 8)
+    assert _status(error) is Status.INVALID_ARGUMENT
+    assert error.value.message.startswith(
+        f"cannot register shared memory region 'r' - invalid shm key '{key}'"
+    )
+
+
+@pytest.mark.parametrize("slashes", ["", "/", "///"])
+def test_the_python_backends_prefix_is_reserved(
+    registry: SharedMemoryRegistry, tmp_path: Path, slashes: str
+) -> None:
+    (tmp_path / f"{RESERVED_PREFIX}x").write_bytes(bytes(16))
+    key = f"{slashes}{RESERVED_PREFIX}x"
+    with pytest.raises(ServerError) as error:
+        registry.register("r", key, 0, 8)
+    assert error.value.message == (
+        f"cannot register shared memory region 'r' with key '{key}' as the key contains the "
+        f"reserved prefix '{RESERVED_PREFIX}'"
+    )
+
+
+def test_leading_slashes_name_the_same_object(
+    registry: SharedMemoryRegistry, tmp_path: Path
+) -> None:
+    (tmp_path / "data").write_bytes(bytes(range(16)))
+    registry.register("r", "///data", 0, 16)
+    assert registry.read("input", Placement("r", 4, 2)) == bytes([2, 3, 4, 5])

@@ -24,6 +24,8 @@ CUDA_SHM_UNSUPPORTED = (
     "CUDA shared memory is not supported: this server runs on CPU only (no CUDA device)"
 )
 
+# Keys the reference keeps for its python backend's own regions.
+RESERVED_PREFIX = "triton_python_backend_shm_region_"
 _LARGEST_SIZE = 2**64 - 1  # offsets and sizes are unsigned 64-bit on the wire
 DISABLED_MESSAGE = (
     "Client shared memory is disabled (system shared memory is off on this server; start it "
@@ -69,7 +71,7 @@ class SharedMemoryRegistry:
             raise invalid_arg(
                 f"shared memory region '{name}': offset and byte_size must be non-negative"
             )
-        path = self._path(key)
+        path = self._path(name, key)
         with self._lock:
             if name in self._regions:
                 raise ServerError(
@@ -97,6 +99,10 @@ class SharedMemoryRegistry:
 
     def unregister(self, name: str = "") -> None:
         """Forget one region, or every region when ``name`` is empty; unknown names are no-ops."""
+        self._require_enabled()
+        self._release(name)
+
+    def _release(self, name: str) -> None:
         with self._lock:
             names = [name] if name else list(self._regions)
             for each in names:
@@ -132,7 +138,7 @@ class SharedMemoryRegistry:
             region.mapping[start : start + len(data)] = data
 
     def close(self) -> None:
-        self.unregister()
+        self._release("")
 
     def _window(self, where: str, place: Placement) -> tuple[_Region, int]:
         self._require_enabled()
@@ -161,10 +167,18 @@ class SharedMemoryRegistry:
             )
         return region, registered.offset + place.offset
 
-    def _path(self, key: str) -> Path:
-        stripped = key[1:] if key.startswith("/") else key
+    def _path(self, name: str, key: str) -> Path:
+        """The object a key names. Leading slashes are dropped, as ``shm_open`` drops them; the
+        python backend's prefix is refused, as the reference refuses it."""
+        stripped = key.lstrip("/")
         if not stripped or "/" in stripped or stripped in (".", ".."):
             raise invalid_arg(
-                f"invalid shared memory key '{key}': expected a name like '/my_region'"
+                f"cannot register shared memory region '{name}' - invalid shm key '{key}' "
+                "(expected a name like '/my_region')"
+            )
+        if stripped.startswith(RESERVED_PREFIX):
+            raise invalid_arg(
+                f"cannot register shared memory region '{name}' with key '{key}' as the key "
+                f"contains the reserved prefix '{RESERVED_PREFIX}'"
             )
         return self.root / stripped

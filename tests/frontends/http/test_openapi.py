@@ -238,6 +238,8 @@ def cases(shm_key: str) -> list[tuple[str, str, str, Any, dict[str, str], int]]:
     add("GET", shm + "/region/nosuch/status", 404)
     add("POST", shm + "/region/r0/unregister", 200)
     add("POST", shm + "/unregister", 200)
+    add("POST", shm + "/region/r0/unregister", 503, server="off")
+    add("POST", shm + "/unregister", 503, server="off")
     cuda = "/v2/cudasharedmemory"
     add("GET", cuda + "/status", 200)
     add("GET", cuda + "/region/r0/status", 404)

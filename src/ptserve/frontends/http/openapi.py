@@ -814,6 +814,8 @@ def _paths() -> dict[str, Any]:
             )
         }
         unregister = {"200": _empty("unregistered, or there was no such region (no body)")}
+        if not cuda:
+            unregister["503"] = _error("client shared memory is off (--allow-client-shm=false)")
         paths[base + "/unregister"] = {
             "post": _operation("shared-memory", f"Unregister every {kind} region", unregister)
         }
