@@ -3,7 +3,7 @@ side by side with a peer.
 
     python -m benchmarks.serving [--repository DIR] [--concurrency 1 8] [--seconds 5]
                                  [--protocols http grpc grpc-aio] [--peer triton]
-                                 [--repeats 1]
+                                 [--repeats 1] [--trace]
 
 The servers run on core 0 and the load generator on core 1 (``taskset``). ``--peer triton``
 also measures Triton with its LibTorch backend on the same models (see ``benchmarks.peers``),
@@ -15,6 +15,12 @@ Uses perf_analyzer (binary tensors) when it is installed (``PERF_ANALYZER`` or
 reported side by side from one run, since absolute numbers on a shared machine drift.
 ``grpc`` is the default (native) gRPC transport; ``grpc-aio`` measures ``--grpc-transport=aio``
 on a second server process.
+
+``--trace`` also measures a second ptserve that traces every request (``--trace-config
+mode=opentelemetry,rate=1``) and exports its spans to an OTLP/HTTP receiver in this process,
+in turn with the untraced one in every repeat, and ends with a table of what tracing costs a
+request: p50 and throughput with tracing off and on, their ratios, and the spans the receiver
+decoded per request served (6 when none were dropped).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import contextlib
 import csv
 import io
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -31,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +47,38 @@ import torch
 
 from benchmarks.peers import PEERS, Pinned, servers
 from ptserve.examples import build_example_repository
+
+TRACED = "ptserve+trace"
+EXPORT_DELAY_MS = 200  # bsp_schedule_delay of the traced server
+
+
+def trace_args(url: str) -> list[str]:
+    """Every request traced and exported to ``url``; a queue large enough that the measured
+    cost is that of exporting every span, not of dropping them (the export batches keep the
+    SDK's default size)."""
+    settings = [
+        "mode=opentelemetry",
+        "level=TIMESTAMPS",
+        "rate=1",
+        "count=-1",
+        f"opentelemetry,url={url}",
+        f"opentelemetry,bsp_schedule_delay={EXPORT_DELAY_MS}",
+        "opentelemetry,bsp_max_queue_size=65536",
+    ]
+    return [flag for item in settings for flag in ("--trace-config", item)]
+
+
+def requests_served(metrics_url: str, model: str) -> float:
+    """The server's count of successful requests for ``model`` (its metrics port)."""
+    with urllib.request.urlopen(f"http://{metrics_url}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    match = re.search(
+        rf'^nv_inference_request_success{{model="{re.escape(model)}",version="1"}} (\S+)$',
+        text,
+        re.M,
+    )
+    return float(match.group(1)) if match else 0.0
+
 
 SHAPES = {"mlp": (64,), "cnn": (3, 32, 32)}
 
@@ -178,6 +218,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--peer", action="append", default=[], choices=PEERS)
     parser.add_argument("--threads", type=int, default=1, help="torch threads, both sides")
     parser.add_argument("--builtin", action="store_true", help="do not use perf_analyzer")
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="also measure ptserve with every request traced (OpenTelemetry), and the cost",
+    )
     args = parser.parse_args(argv)
 
     repository = args.repository or Path(tempfile.mkdtemp(prefix="ptserve-bench-"))
@@ -210,6 +255,17 @@ def main(argv: list[str] | None = None) -> None:
         if "grpc-aio" in args.protocols:
             aio = stack.enter_context(Pinned([repository], "0", ["--grpc-transport=aio"]))
             targets.append(("ptserve", "grpc-aio", aio))
+        receiver: Any = None
+        if args.trace:
+            # The receiver needs the optional OpenTelemetry packages (ptserve[otel]).
+            from tests.otlp import OtlpReceiver
+
+            # On the load generator's core, so that decoding spans takes nothing from the server.
+            receiver = stack.enter_context(OtlpReceiver(keep=False, cores={1}))
+            traced = stack.enter_context(Pinned([repository], "0", trace_args(receiver.url)))
+            targets += [(TRACED, p, traced) for p in args.protocols if p != "grpc-aio"]
+        costs: list[str] = []  # the rows of the tracing table
+        spans_per_request: dict[tuple[str, str, int], float] = {}
         for model in args.models:
             for concurrency in args.concurrency:
                 baseline = in_process(repository, model, args.seconds)
@@ -218,6 +274,9 @@ def main(argv: list[str] | None = None) -> None:
                     for name, protocol, target in targets:
                         wire = "http" if protocol == "http" else "grpc"
                         url = target.http_url if wire == "http" else target.grpc_url
+                        if name == TRACED and receiver is not None:
+                            spans_before = receiver.received
+                            served_before = requests_served(target.metrics_url, model)
                         if analyzer:
                             served = served_perf_analyzer(
                                 analyzer, url, model, concurrency, args.seconds, wire
@@ -228,6 +287,13 @@ def main(argv: list[str] | None = None) -> None:
                             raise SystemExit("the gRPC measurement needs perf_analyzer")
                         key = (name, protocol)
                         found[key] = better(found.get(key), served, concurrency)
+                        if name == TRACED and receiver is not None:
+                            time.sleep(3 * EXPORT_DELAY_MS / 1000)  # the last export arrives
+                            count = requests_served(target.metrics_url, model) - served_before
+                            spans = receiver.received - spans_before
+                            spans_per_request[(model, protocol, concurrency)] = spans / max(
+                                count, 1
+                            )
                 for (name, protocol), served in found.items():
                     print(
                         f"| {model} | {name} | {protocol} | {concurrency} | "
@@ -237,6 +303,26 @@ def main(argv: list[str] | None = None) -> None:
                         f"{served['p50_us'] - baseline['p50_us']:.0f} |",
                         flush=True,
                     )
+                for protocol in args.protocols:
+                    off, on = found.get(("ptserve", protocol)), found.get((TRACED, protocol))
+                    if off is None or on is None:
+                        continue
+                    costs.append(
+                        f"| {model} | {protocol} | {concurrency} | {off['p50_us']:.0f} | "
+                        f"{on['p50_us']:.0f} | {on['p50_us'] / off['p50_us']:.3f} | "
+                        f"{on['p50_us'] - off['p50_us']:.0f} | {off['throughput']:.0f} | "
+                        f"{on['throughput']:.0f} | {on['throughput'] / off['throughput']:.3f} | "
+                        f"{spans_per_request.get((model, protocol, concurrency), 0.0):.2f} |"
+                    )
+        if costs:
+            print("\nTracing every request (OpenTelemetry, OTLP/HTTP export), side by side:\n")
+            print(
+                "| model | protocol | concurrency | p50 off µs | p50 on µs | p50 on/off "
+                "| p50 cost µs | inf/s off | inf/s on | inf/s on/off | spans per request |"
+            )
+            print("|---|---|---|---|---|---|---|---|---|---|---|")
+            for row in costs:
+                print(row, flush=True)
 
 
 if __name__ == "__main__":

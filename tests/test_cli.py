@@ -170,3 +170,40 @@ def test_http_connection_flags() -> None:
     ]:
         with pytest.raises(SystemExit):
             parser.parse_args([*repository, flag, value])
+
+
+def test_trace_config_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    from ptserve.cli import build_parser
+
+    parser = build_parser()
+    repository = ["--model-repository", "/nowhere"]
+    args = parser.parse_args(
+        [
+            *repository,
+            *("--trace-config", "mode=opentelemetry", "--trace-config", "triton,rate=10"),
+            *("--trace-config", "opentelemetry,url=https://collector:4318/v1/traces"),
+            *("--trace-config", "opentelemetry,resource=team=ml"),
+            *("--log-format", "json"),
+        ]
+    )
+    assert args.trace_config == [
+        ("trace_mode", "opentelemetry"),
+        ("trace_rate", "10"),
+        ("opentelemetry.url", "https://collector:4318/v1/traces"),
+        ("opentelemetry.resource", "team=ml"),
+    ]
+    assert args.log_format == "json"
+    # Each mistake is named with the setting, what it expects and what came.
+    for value, message in [
+        ("rate=abc", "trace setting 'trace_rate' must be an integer, got 'abc'"),
+        ("opentelemetry,url=http://collector:port/v1", "got 'http://collector:port/v1'"),
+        ("opentelemetry,bsp_schedule_delay=0", "must be a positive integer, got '0'"),
+        ("opentelemetry,bsp_max_export_batch_size=x", "'bsp_max_export_batch_size' must be"),
+        ("colour=red", "with key one of count, file, level"),
+    ]:
+        with pytest.raises(SystemExit):
+            parser.parse_args([*repository, "--trace-config", value])
+        assert message in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parser.parse_args([*repository, "--log-format", "yaml"])
+    assert "'default', 'ISO8601', 'json'" in capsys.readouterr().err

@@ -23,6 +23,15 @@ LOCAL_IMPORTS_ALLOWED = {
     ("cli.py", "uvloop"),  # an optional speed-up: the server runs on asyncio without it
     # An optional extra (boto3): imported only when an s3:// repository is named.
     ("repository/sources.py", "ptserve.repository.s3"),
+    # An optional extra (the OpenTelemetry SDK): imported only when the opentelemetry trace
+    # mode is first asked for.
+    ("core/tracing.py", "ptserve.core.otel"),
+    # ``ptserve.Server``: the in-process API (torch, every frontend) is imported on first use,
+    # so that importing any other part of the package does not import it; the same import
+    # under TYPE_CHECKING gives the lazy names their types.
+    ("__init__.py", "ptserve.embedded"),
+    ("__init__.py", "ptserve.embedded.api"),
+    ("embedded/loop.py", "uvloop"),  # as for cli.py: optional, asyncio's loop without it
 }
 
 

@@ -17,17 +17,17 @@ from ptserve.common.version import __version__
 from ptserve.core.control import CONTROL_MODES
 from ptserve.core.metrics import Metrics, MetricsConfig
 from ptserve.core.server import InferenceServer, ServerOptions
-from ptserve.frontends.console.service import Console
-from ptserve.frontends.grpc.guard import parse_protocol_restriction, protocol_restrictions
+from ptserve.core.trace_settings import parse_config_item
+from ptserve.frontends.grpc.guard import parse_protocol_restriction
 from ptserve.frontends.grpc.keepalive import Keepalive
-from ptserve.frontends.grpc.server import TRANSPORTS, start_grpc_server
-from ptserve.frontends.http.server import DEFAULT_MAX_INPUT_SIZE, start_http_server
+from ptserve.frontends.grpc.server import TRANSPORTS
+from ptserve.frontends.http.server import DEFAULT_MAX_INPUT_SIZE
+from ptserve.frontends.listeners import GrpcSettings, HttpSettings, start_grpc, start_http
 from ptserve.frontends.metrics import start_metrics_server
-from ptserve.frontends.restrictions import Restrictions, parse_restriction
+from ptserve.frontends.restrictions import parse_restriction
 from ptserve.repository import RepositoryOptions, check_location
 from ptserve.repository.layout import is_safe_name
 from ptserve.transports.http1 import DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS
-from ptserve.transports.tls import server_ssl_context
 
 log = logging.getLogger("ptserve.cli")
 
@@ -68,30 +68,12 @@ def _backend_config(value: str) -> tuple[str, str, str]:
     return backend, key, item
 
 
-_TRACE_KEYS = {
-    "file": "trace_file",
-    "level": "trace_level",
-    "rate": "trace_rate",
-    "count": "trace_count",
-    "log-frequency": "log_frequency",
-    "log_frequency": "log_frequency",
-    "mode": "trace_mode",
-}
-
-
 def _trace_config(value: str) -> tuple[str, str]:
-    """``[<mode>,]<key>=<value>`` of ``--trace-config`` → (trace setting, value)."""
-    mode, sep, setting = value.partition(",")
-    if not sep:
-        mode, setting = "", value
-    key, eq, item = setting.partition("=")
-    name = _TRACE_KEYS.get(key.strip())
-    if not eq or name is None or mode not in ("", "triton", "opentelemetry"):
-        raise argparse.ArgumentTypeError(
-            f"expected [triton,]<key>=<value> with key one of {', '.join(sorted(_TRACE_KEYS))}, "
-            f"got '{value}'"
-        )
-    return name, item.strip()
+    """``[<mode>,]<key>=<value>`` of ``--trace-config`` → (trace setting, value), checked."""
+    try:
+        return parse_config_item(value)
+    except ServerError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 def _repository(value: str) -> str | Path:
@@ -145,9 +127,40 @@ def _tls_files(args: argparse.Namespace, prefix: str) -> tuple[str, str, str] | 
     return cert, key, root if mutual else ""
 
 
-def _http_ssl(args: argparse.Namespace) -> Any:
-    files = _tls_files(args, "http")
-    return None if files is None else server_ssl_context(*files)
+def _http_settings(args: argparse.Namespace) -> HttpSettings:
+    """The HTTP listener's settings from the ``--http-*`` flags."""
+    return HttpSettings(
+        address=args.http_address,
+        port=args.http_port,
+        max_input_size=args.http_max_input_size,
+        restricted_api=list(args.http_restricted_api),
+        tls=_tls_files(args, "http"),
+        read_timeout=args.http_read_timeout_secs,
+        idle_timeout=args.http_idle_timeout_secs,
+        max_connections=args.http_max_connections,
+        console=bool(args.allow_console),
+    )
+
+
+def _grpc_settings(args: argparse.Namespace) -> GrpcSettings:
+    """The gRPC listener's settings from the ``--grpc-*`` flags."""
+    return GrpcSettings(
+        address=args.grpc_address,
+        port=args.grpc_port,
+        restricted_protocol=list(args.grpc_restricted_protocol),
+        tls=_tls_files(args, "grpc"),
+        transport=args.grpc_transport,
+        keepalive=Keepalive(
+            args.grpc_keepalive_time,
+            args.grpc_keepalive_timeout,
+            args.grpc_keepalive_permit_without_calls,
+            args.grpc_http2_max_pings_without_data,
+            args.grpc_http2_min_recv_ping_interval_without_data,
+            args.grpc_http2_max_ping_strikes,
+            args.grpc_max_connection_age,
+            args.grpc_max_connection_age_grace,
+        ),
+    )
 
 
 def _add_tls_flags(
@@ -203,7 +216,14 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--log-info", default=True, **bool_flag, help="log info messages")
     logs.add_argument("--log-warning", default=True, **bool_flag, help="log warnings")
     logs.add_argument("--log-error", default=True, **bool_flag, help="log errors")
-    logs.add_argument("--log-format", choices=["default", "ISO8601"], default="default")
+    logs.add_argument(
+        "--log-format",
+        choices=logging_setup.LOG_FORMATS,
+        default="default",
+        help="default: the reference's lines; ISO8601: the same with ISO 8601 times; json: one "
+        "JSON object per line (time, level, logger, file, message, and the model, version and "
+        "request id of lines about requests)",
+    )
 
     models = parser.add_argument_group("Model Repository")
     models.add_argument(
@@ -417,8 +437,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=_trace_config,
         default=[],
         metavar="[MODE,]KEY=VALUE",
-        help="initial trace settings: file=<path>, level=OFF|TIMESTAMPS, rate=<n>, count=<n>, "
-        "log-frequency=<n>, mode=triton (repeatable)",
+        help="initial trace settings (repeatable): level=OFF|TIMESTAMPS, rate=<n>, count=<n>, "
+        "mode=triton|opentelemetry; triton mode: file=<path>, log-frequency=<n>; "
+        "opentelemetry mode: opentelemetry,url=<OTLP/HTTP traces URL> (default "
+        "http://localhost:4318/v1/traces), opentelemetry,resource=<key>=<value>, "
+        "opentelemetry,bsp_max_queue_size=<n>, opentelemetry,bsp_schedule_delay=<ms>, "
+        "opentelemetry,bsp_max_export_batch_size=<n>",
     )
     return parser
 
@@ -478,12 +502,8 @@ async def serve(args: argparse.Namespace) -> int:
         log.error("%s", exc)
         return 2
     if args.trace_config:
-        levels = [v for k, v in args.trace_config if k == "trace_level"]
-        changes: dict[str, Any] = {k: v for k, v in args.trace_config if k != "trace_level"}
-        if levels:
-            changes["trace_level"] = levels
         try:
-            server.update_trace_settings(changes)
+            server.configure_traces(list(args.trace_config))
         except ServerError as exc:
             log.error("--trace-config: %s", exc.message)
             return 2
@@ -502,46 +522,17 @@ async def serve(args: argparse.Namespace) -> int:
     listeners: list[asyncio.Server] = []
     if args.allow_http:
         try:
-            restrictions = Restrictions(list(args.http_restricted_api))
-        except ValueError as exc:
+            http = await start_http(server, _http_settings(args), metrics)
+        except ValueError as exc:  # restrictions that contradict each other
             log.error("--http-restricted-api: %s", exc)
             await server.shutdown(args.exit_timeout_secs)
             return 2
-        http = await start_http_server(
-            server,
-            args.http_address,
-            args.http_port,
-            args.http_max_input_size,
-            restrictions,
-            _http_ssl(args),
-            args.http_read_timeout_secs,
-            args.http_idle_timeout_secs,
-            args.http_max_connections,
-            Console(server, metrics) if args.allow_console else None,
-        )
         listeners.append(http)
         log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)
     grpc_server: Any = None
     if args.allow_grpc:
         try:
-            grpc_server = await start_grpc_server(
-                server,
-                args.grpc_address,
-                args.grpc_port,
-                protocol_restrictions(list(args.grpc_restricted_protocol)),
-                _tls_files(args, "grpc"),
-                args.grpc_transport,
-                Keepalive(
-                    args.grpc_keepalive_time,
-                    args.grpc_keepalive_timeout,
-                    args.grpc_keepalive_permit_without_calls,
-                    args.grpc_http2_max_pings_without_data,
-                    args.grpc_http2_min_recv_ping_interval_without_data,
-                    args.grpc_http2_max_ping_strikes,
-                    args.grpc_max_connection_age,
-                    args.grpc_max_connection_age_grace,
-                ),
-            )
+            grpc_server = await start_grpc(server, _grpc_settings(args))
         except (OSError, ValueError) as exc:
             log.error("%s", exc)
             for listener in listeners:

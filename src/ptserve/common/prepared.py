@@ -6,23 +6,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
+from ptserve.common.device import Data
 from ptserve.common.errors import ServerError
 
 
 @dataclass(slots=True)
 class PreparedRequest:
-    """Inputs keyed by config name, already reshaped; the batch dimension first when batching."""
+    """Inputs keyed by config name, already reshaped; the batch dimension first when batching.
+    A ``DeviceArray`` input asks for device outputs back where the model computed them there."""
 
     id: str
-    inputs: dict[str, np.ndarray]
+    inputs: dict[str, Data]
     batch_size: int  # 1 for models without batching
     outputs: tuple[str, ...]  # the outputs to return, in config order
     parameters: dict[str, Any] = field(default_factory=dict)
 
 
-OutputMap = dict[str, np.ndarray]
+OutputMap = dict[str, Data]  # numpy, or DeviceArray only for requests with device inputs
 
 
 @dataclass(slots=True)

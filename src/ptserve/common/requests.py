@@ -5,18 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from ptserve.common.datatypes import DataType
+from ptserve.common.device import Data
 
 
 @dataclass(slots=True)
 class Tensor:
-    """One named tensor. ``data`` has the storage dtype of ``datatype`` and the tensor's shape."""
+    """One named tensor. ``data`` has the storage dtype of ``datatype`` and the tensor's shape:
+    a numpy array, or (from the in-process API only) a ``DeviceArray`` left on its device."""
 
     name: str
     datatype: DataType
-    data: np.ndarray
+    data: Data
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from ptserve.common import datatypes
+from ptserve.common.device import Data, to_host
 from ptserve.common.errors import invalid_arg
 from ptserve.common.iospec import IOSpec, ModelIO
 from ptserve.common.prepared import OutputMap, PreparedRequest
@@ -40,7 +41,7 @@ def prepare(request: InferRequest, io: ModelIO) -> tuple[PreparedRequest, list[R
 
     batching = io.batching
     batch_size = 0
-    arrays: dict[str, np.ndarray] = {}
+    arrays: dict[str, Data] = {}
     for spec in io.inputs:
         found = seen.get(spec.name)
         if found is None:
@@ -132,7 +133,8 @@ def build_response(
         data = _reshape_for_client(outputs[wanted.name], spec, io.batching)
         if wanted.classification > 0:
             label_list = (labels or {}).get(wanted.name, [])
-            data = classify(data, wanted.classification, label_list, io.batching)
+            # Classification reads the values: a device output comes to the host here.
+            data = classify(to_host(data), wanted.classification, label_list, io.batching)
             tensors.append(Tensor(wanted.name, datatypes.BYTES, data))
         else:
             tensors.append(Tensor(wanted.name, spec.datatype, data))
@@ -204,7 +206,7 @@ def _shape_matches(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:
     return all(d == -1 or d == s for s, d in zip(shape, dims, strict=True))
 
 
-def _reshape_for_model(data: np.ndarray, spec: IOSpec, batching: bool) -> np.ndarray:
+def _reshape_for_model(data: Data, spec: IOSpec, batching: bool) -> Data:
     if spec.reshape is None:
         return data
     target = list(spec.reshape)
@@ -212,7 +214,7 @@ def _reshape_for_model(data: np.ndarray, spec: IOSpec, batching: bool) -> np.nda
     return data.reshape(lead + _resolve(target, data, len(lead)))
 
 
-def _reshape_for_client(data: np.ndarray, spec: IOSpec, batching: bool) -> np.ndarray:
+def _reshape_for_client(data: Data, spec: IOSpec, batching: bool) -> Data:
     if spec.reshape is None:
         return data
     lead = [data.shape[0]] if batching and data.ndim else []
@@ -222,7 +224,7 @@ def _reshape_for_client(data: np.ndarray, spec: IOSpec, batching: bool) -> np.nd
     return data.reshape(lead + target)
 
 
-def _resolve(target: list[int], data: np.ndarray, skip: int) -> list[int]:
+def _resolve(target: list[int], data: Data, skip: int) -> list[int]:
     """Fill the variable dims of a reshape from the request's variable dims, in order."""
     if -1 not in target:
         return target

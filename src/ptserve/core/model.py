@@ -137,7 +137,15 @@ class ModelVersion:
             for index, (spec, instance) in enumerate(instances):
                 inline_ns = inline_limit_ns(spec.kind, max_inline_us, timeout_ms)
                 workers.append(
-                    InstanceWorker(spec.name, index, instance, scheduler, self.stats, inline_ns)
+                    InstanceWorker(
+                        spec.name,
+                        index,
+                        instance,
+                        scheduler,
+                        self.stats,
+                        inline_ns,
+                        (self.name, str(self.version)),
+                    )
                 )
             if timeout_ms:
                 self.watchdog = Watchdog(

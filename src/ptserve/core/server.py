@@ -21,13 +21,17 @@ from ptserve.core.inference import build_response, prepare
 from ptserve.core.manager import LoadOptions, ModelManager
 from ptserve.core.model import UNLOADED, ModelVersion
 from ptserve.core.shared_memory import SharedMemoryRegistry
-from ptserve.core.trace_settings import TraceSettings, TraceValue
-from ptserve.core.tracing import Trace, Tracer
+from ptserve.core.trace_records import Trace
+from ptserve.core.trace_settings import TraceSettings, TraceValue, parse_config
+from ptserve.core.tracing import Tracer
 from ptserve.repository import RepositoryOptions
 from ptserve.scheduling.params import request_options
 from ptserve.scheduling.work import WorkItem
 
 log = logging.getLogger("ptserve.server")
+
+# The live log settings: whether requests get ids and a log context (see ``infer``).
+_LOG = logging_setup.settings()
 
 EXTENSIONS = (
     "classification",
@@ -119,7 +123,7 @@ class InferenceServer:
                 self.active_requests,
             )
         await asyncio.to_thread(self.manager.unload_all, max(deadline - time.monotonic(), 1.0))
-        self.tracer.flush()
+        await asyncio.to_thread(self.tracer.close)
         self.shared_memory.close()
         self.live = False
 
@@ -306,9 +310,19 @@ class InferenceServer:
     ) -> dict[str, TraceValue]:
         if model:
             self.manager.get_model(model)
+        self.tracer.check_mode(changes)  # before anything changes: the mode must be usable
         self.trace_settings.update(changes, model)
         self.tracer.reset()
         return self.trace_settings.get(model)
+
+    def configure_traces(self, items: list[tuple[str, str]]) -> None:
+        """The initial trace settings, as ``--trace-config`` items parsed by
+        ``trace_settings.parse_config_item``: global settings and the OpenTelemetry exporter's
+        (which hold for the process). Raises ServerError for a setting that cannot work."""
+        changes, otel = parse_config(items)
+        self.trace_settings.otel = otel
+        if changes:
+            self.update_trace_settings(dict(changes))
 
     # --- inference -------------------------------------------------------------------------
 
@@ -316,17 +330,59 @@ class InferenceServer:
         """Validate, queue, wait for the instance, and shape the response."""
         if self.shutting_down:
             raise unavailable("the server is shutting down and accepts no new requests")
+        if _LOG.per_request and logging_setup.REQUEST.get() is None:
+            return await self._infer_logged(request)
         trace = self.tracer.begin(request.model_name, request.id)
         if trace is not None:
             trace.mark("REQUEST_START")
         self.active_requests += 1
         try:
             response = await self._infer(request, trace)
+        except ServerError as exc:
+            if trace is not None:
+                trace.error, trace.status = exc.message, exc.status.name
+            raise
         finally:
             self.active_requests -= 1
             if trace is not None:
                 trace.mark("REQUEST_END")
                 self.tracer.end(trace)
+        return response
+
+    async def _infer_logged(self, request: InferRequest) -> InferResponse:
+        """``infer`` with the request's id (the client's, else a new one) and model in the log
+        context of every line logged while it runs (``--log-format json``), and a verbose line
+        when it ends. A new id stays out of the response, which names only a client's id."""
+        generated = not request.id
+        if generated:
+            request.id = logging_setup.new_request_id()
+        token = logging_setup.REQUEST.set(
+            logging_setup.RequestFields(request.model_name, request.model_version, request.id)
+        )
+        start = time.perf_counter_ns()
+        try:
+            response = await self.infer(request)
+            log.debug(
+                "request for model '%s' version %s answered in %d us",
+                response.model_name,
+                response.model_version,
+                (time.perf_counter_ns() - start) // 1000,
+            )
+        except ServerError as exc:
+            log.debug(
+                "request for model '%s' failed with %s after %d us: %s",
+                request.model_name,
+                exc.status.name,
+                (time.perf_counter_ns() - start) // 1000,
+                exc.message,
+            )
+            raise
+        finally:
+            logging_setup.REQUEST.reset(token)
+            if generated:
+                request.id = ""
+        if generated:
+            response.id = ""
         return response
 
     def _acquire(self, request: InferRequest) -> ModelVersion:
@@ -349,7 +405,7 @@ class InferenceServer:
                     raise unavailable(
                         f"model '{target.name}' version {target.version} is not ready"
                     )
-                item = WorkItem(prepared, asyncio.get_running_loop(), options)
+                item = WorkItem(prepared, asyncio.get_running_loop(), options, trace)
                 pool.submit(item)
             except ServerError as exc:
                 reason = "REJECTED" if exc.status is Status.UNAVAILABLE else "OTHER"

@@ -14,6 +14,7 @@ import numpy as np
 
 from ptserve.backends.base import BackendInstance
 from ptserve.common import datatypes
+from ptserve.common.device import Data
 from ptserve.common.errors import ServerError, invalid_arg
 from ptserve.common.iospec import IOSpec, ModelIO
 from ptserve.common.prepared import PreparedRequest
@@ -95,7 +96,7 @@ def warmup_requests(
                 f"model '{config.name}': warm-up '{sample.name}' batch_size {rows} exceeds "
                 f"max_batch_size {io.max_batch_size}"
             )
-        inputs: dict[str, np.ndarray] = {}
+        inputs: dict[str, Data] = {}
         for name, spec in sample.inputs.items():
             if all(s.name != name for s in io.model_inputs):
                 raise invalid_arg(

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from ptserve.common.errors import ServerError, internal
+from ptserve.common.logging_setup import request_fields
 from ptserve.common.prepared import OutputMap
 from ptserve.common.stats import ModelStats
 from ptserve.config.parameters import EXECUTION_TIMEOUT_PARAMETER
@@ -121,7 +122,9 @@ class Watchdog:
             f"for longer than {EXECUTION_TIMEOUT_PARAMETER} ({self.timeout_ms} ms); its "
             "requests are failed and the instance takes no new work until the call returns"
         )
-        log.error("%s (running %.1f s)", error.message, (now - started) / 1e9)
+        ids = [item.request.id for item in batch.items if item is not None]
+        about = request_fields(self.model, str(self.version), ids)
+        log.error("%s (running %.1f s)", error.message, (now - started) / 1e9, extra=about)
         for item in batch.items:
             if item is not None:
                 self.stats.record_failure(now - item.arrival_ns, "BACKEND")
@@ -129,7 +132,7 @@ class Watchdog:
         try:  # through the scheduler: ordering tickets and sequence slots are released too
             self.scheduler.finish(batch, results)
         except Exception:
-            log.exception("model '%s': failing an abandoned batch failed", self.model)
+            log.exception("model '%s': failing an abandoned batch failed", self.model, extra=about)
             for item in batch.items:
                 if item is not None:
                     item.complete(error)

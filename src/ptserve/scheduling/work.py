@@ -8,10 +8,17 @@ import threading
 import time
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ptserve.common.errors import ServerError
-from ptserve.common.prepared import OutputMap, PreparedRequest
+from ptserve.common.prepared import ExecutionTimes, OutputMap, PreparedRequest
 from ptserve.scheduling.params import NO_OPTIONS, RequestOptions
+
+
+class ExecutionObserver(Protocol):
+    """Told how a traced request's batch ran (by the worker, before the answer goes back)."""
+
+    def executed(self, batch_size: int, times: ExecutionTimes | None) -> None: ...
 
 
 def _deliver(future: asyncio.Future[OutputMap], result: OutputMap | ServerError) -> None:
@@ -76,6 +83,7 @@ class WorkItem:
         "request",
         "start_ns",
         "thread",
+        "trace",
     )
 
     def __init__(
@@ -83,8 +91,10 @@ class WorkItem:
         request: PreparedRequest,
         loop: asyncio.AbstractEventLoop,
         options: RequestOptions = NO_OPTIONS,
+        trace: ExecutionObserver | None = None,
     ) -> None:
         self.request = request
+        self.trace = trace  # None unless the request is traced
         self.loop = loop
         self.thread = threading.get_ident()  # the loop's: items are made on their loop
         self.future: asyncio.Future[OutputMap] = loop.create_future()

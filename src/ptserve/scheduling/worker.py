@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ptserve.common.errors import ServerError, internal
+from ptserve.common.errors import ServerError, Status, internal
+from ptserve.common.logging_setup import RequestFields, request_fields
 from ptserve.common.prepared import BatchResult, ExecutionTimes, OutputMap, PreparedRequest
 from ptserve.common.stats import ModelStats
 from ptserve.scheduling.base import Scheduler
@@ -68,8 +69,10 @@ class InstanceWorker:
         scheduler: Scheduler,
         stats: ModelStats,
         inline_ns: int = 0,
+        model: tuple[str, str] = ("", ""),
     ) -> None:
         self.name = name
+        self.model = model  # name and version, for log lines about its batches
         self.index = index
         self.instance = instance
         self.scheduler = scheduler
@@ -131,7 +134,9 @@ class InstanceWorker:
             outcome = self.instance.execute(batch.requests)
             results, times = outcome.results, outcome.times
         except Exception as exc:  # a backend bug must not kill the worker
-            log.exception("instance '%s' failed to execute a batch", self.name)
+            log.exception(
+                "instance '%s' failed to execute a batch", self.name, extra=self._about(batch)
+            )
             error = internal(f"instance '{self.name}' failed: {exc}")
             results, times = [error] * len(batch.requests), None
         end = time.perf_counter_ns()
@@ -163,15 +168,21 @@ class InstanceWorker:
                 batch.rows,
             )
         answered: list[tuple[int, int]] = []  # total and queue time of each success
+        failed = False
         for item, result in zip(batch.items, results, strict=True):
             if item is None:
                 continue
             item.end_ns = end
+            if item.trace is not None:
+                item.trace.executed(batch.size, times)
             total = end - item.arrival_ns
             if isinstance(result, ServerError) or times is None:
                 self.stats.record_failure(total)
+                failed = True
             else:
                 answered.append((total, item.start_ns - item.enqueue_ns))
+        if failed:
+            self._log_failures(batch, results)
         if times is not None:
             self.stats.record_successes(
                 answered, times.compute_input_ns, times.compute_infer_ns, times.compute_output_ns
@@ -179,11 +190,37 @@ class InstanceWorker:
         try:
             self.scheduler.finish(batch, results)
         except Exception as exc:  # the scheduler must still answer every client
-            log.exception("instance '%s': finishing a batch failed", self.name)
+            log.exception(
+                "instance '%s': finishing a batch failed", self.name, extra=self._about(batch)
+            )
             error = internal(f"instance '{self.name}' failed to finish a batch: {exc}")
             for item in batch.items:
                 if item is not None:
                     item.complete(error)
+
+    def _about(self, batch: Batch) -> dict[str, RequestFields]:
+        """``extra`` for a log line about ``batch``: its model and its requests' ids."""
+        ids = [item.request.id for item in batch.items if item is not None]
+        return request_fields(self.model[0], self.model[1], ids)
+
+    def _log_failures(self, batch: Batch, results: list[OutputMap | ServerError]) -> None:
+        """A line per distinct failure of a batch, naming the requests it failed: an error
+        for the model's failures (INTERNAL), a verbose line for a request's own mistake."""
+        by_error: dict[tuple[Status, str], list[str]] = {}
+        for item, result in zip(batch.items, results, strict=True):
+            if item is not None and isinstance(result, ServerError):
+                by_error.setdefault((result.status, result.message), []).append(item.request.id)
+        for (status, message), ids in by_error.items():
+            log.log(
+                logging.ERROR if status is Status.INTERNAL else logging.DEBUG,
+                "instance '%s': %d of the batch's %d request(s) failed (%s): %s",
+                self.name,
+                len(ids),
+                len(batch.requests),
+                status.name,
+                message,
+                extra=request_fields(self.model[0], self.model[1], ids),
+            )
 
 
 @dataclass(slots=True)

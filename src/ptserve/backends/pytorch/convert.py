@@ -1,11 +1,14 @@
-"""Moving tensor data between numpy (the core's form) and torch (the model's form)."""
+"""Moving tensor data between the core's forms (numpy, or a ``DeviceArray``) and torch's."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import torch
 
 from ptserve.common.datatypes import BY_NAME, DataType
+from ptserve.common.device import DeviceArray
 from ptserve.common.errors import invalid_arg
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
@@ -34,6 +37,47 @@ def to_numpy(tensor: torch.Tensor) -> np.ndarray:
     if tensor.dtype == torch.bfloat16:
         return tensor.view(torch.int16).numpy().view(np.uint16)
     return tensor.numpy()
+
+
+class TorchArray(DeviceArray):
+    """A torch tensor on a device, as the core carries it: the backend takes ``tensor`` itself."""
+
+    __slots__ = ("ready", "tensor")
+
+    def __init__(self, tensor: torch.Tensor, ready: torch.cuda.Event | None = None) -> None:
+        self.tensor = tensor
+        self.ready = ready  # recorded on the caller's stream after it produced ``tensor``
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.tensor.shape)
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return DATATYPE_OF_TORCH[self.tensor.dtype].numpy
+
+    @property
+    def device(self) -> str:
+        return str(self.tensor.device)
+
+    def reshape(self, shape: list[int] | tuple[int, ...]) -> TorchArray:
+        return TorchArray(self.tensor.reshape(tuple(shape)), self.ready)
+
+    def host(self) -> np.ndarray:
+        return to_numpy(self.tensor.detach())
+
+    def __repr__(self) -> str:
+        return f"TorchArray(shape={list(self.shape)}, dtype={self.tensor.dtype}, {self.device})"
+
+
+def as_tensor(data: np.ndarray | DeviceArray, datatype: DataType) -> torch.Tensor:
+    """The data as a tensor where it already lives: a ``TorchArray``'s own tensor, or numpy
+    memory shared by ``to_torch``."""
+    if isinstance(data, TorchArray):
+        return data.tensor
+    if isinstance(data, DeviceArray):  # another framework's device data: through the host
+        return to_torch(data.host(), datatype)
+    return to_torch(data, datatype)
 
 
 def to_strings(array: np.ndarray, where: str) -> list[str]:

@@ -4,6 +4,11 @@ A result may be a Tensor, a ``List[str]``, a tuple or list of those (nested list
 flattened in order), or a ``Dict[str, Tensor]`` keyed by output name. Positions follow
 ``<name>__<index>`` when every output name has that form, else config order. A ``batch_output``
 (BATCH_SCATTER_WITH_INPUT_SHAPE) is split by its source input's shape in each request instead.
+
+A request that brought device inputs (``DeviceArray``) gets the slices of a result that the model
+left on a device as ``TorchArray`` views, without a copy to the host. Everything else is numpy:
+results on the host, requests with host inputs only, ``List[str]``, batch outputs (scattered on
+the host) and sequence state outputs (the scheduler keeps state on the host).
 """
 
 from __future__ import annotations
@@ -16,7 +21,14 @@ import torch
 
 from ptserve.backends.batch_io import scatter_with_input_shape, source_shapes
 from ptserve.backends.pytorch.binding import bind_outputs
-from ptserve.backends.pytorch.convert import DATATYPE_OF_TORCH, TORCH_DTYPES, from_strings, to_numpy
+from ptserve.backends.pytorch.convert import (
+    DATATYPE_OF_TORCH,
+    TORCH_DTYPES,
+    TorchArray,
+    from_strings,
+    to_numpy,
+)
+from ptserve.common.device import Data, DeviceArray
 from ptserve.common.errors import internal
 from ptserve.common.iospec import IOSpec, ModelIO
 from ptserve.common.prepared import OutputMap, PreparedRequest
@@ -34,6 +46,7 @@ class OutputPlan:
         after = max(positions, default=-1) + 1
         for offset, spec in enumerate(io.extra_outputs):
             self.positions[spec.name] = after + offset
+        self.host_only = frozenset(spec.name for spec in io.extra_outputs)  # sequence state
         self.expected = {name: TORCH_DTYPES.get(s.datatype.name) for name, s in self.specs.items()}
         # Outputs that the core reshapes back to their dims for the client: the model's result
         # must hold as many elements per row, else the reshape would fail without naming them.
@@ -58,8 +71,11 @@ class OutputPlan:
                 if name not in wanted:
                     wanted.append(name)
         total = sum(r.batch_size for r in requests)
+        on_device = [any(isinstance(a, DeviceArray) for a in r.inputs.values()) for r in requests]
         per_output = {
-            name: self._split_one(self.specs[name], self._pick(raw, name), requests, total)
+            name: self._split_one(
+                self.specs[name], self._pick(raw, name), requests, total, on_device
+            )
             for name in wanted
         }
         return [
@@ -86,8 +102,13 @@ class OutputPlan:
         return values[index]
 
     def _split_one(
-        self, spec: IOSpec, value: Any, requests: Sequence[PreparedRequest], total: int
-    ) -> list[np.ndarray]:
+        self,
+        spec: IOSpec,
+        value: Any,
+        requests: Sequence[PreparedRequest],
+        total: int,
+        on_device: list[bool],
+    ) -> list[Data]:
         if _is_strings(value):
             return self._split_strings(spec, value, requests, total)
         name = spec.name
@@ -108,43 +129,53 @@ class OutputPlan:
                 f"configuration expects datatype {spec.datatype.config_name} for output "
                 f"'{name}', model provides {provided_name}"
             )
-        array = to_numpy(value.detach())
+        value = value.detach()
         if name in self.scattered:
             source, template = self.scattered[name]
             shapes = source_shapes(source, requests, f"batch output '{name}'")
-            return scatter_with_input_shape(self.model, name, array.reshape(-1), template, shapes)
-        if self.batching and array.shape[0] != total:
+            flat = to_numpy(value).reshape(-1)
+            return list(scatter_with_input_shape(self.model, name, flat, template, shapes))
+        shape = tuple(int(d) for d in value.shape)
+        if self.batching and shape[0] != total:
             raise internal(
-                f"model '{self.model}': output '{name}' has batch dimension {array.shape[0]}, "
+                f"model '{self.model}': output '{name}' has batch dimension {shape[0]}, "
                 f"but the batch holds {total} request row(s)"
             )
         if name in self.reshaped:
-            self._check_reshape(name, array, total)
+            self._check_reshape(name, shape, total)
+        stays = value.device.type != "cpu" and name not in self.host_only
+        keep = [stays and wanted for wanted in on_device]
+        # One copy to the host for the whole batch, only when some request wants numpy.
+        array = to_numpy(value) if not all(keep) else None
         if not self.batching:
-            return [array]
-        parts: list[np.ndarray] = []
+            return [TorchArray(value) if keep[0] or array is None else array]
+        parts: list[Data] = []
         offset = 0
-        for request in requests:
-            parts.append(array[offset : offset + request.batch_size])
-            offset += request.batch_size
+        for request, device in zip(requests, keep, strict=True):
+            end = offset + request.batch_size
+            parts.append(
+                TorchArray(value[offset:end]) if device or array is None else array[offset:end]
+            )
+            offset = end
         return parts
 
-    def _check_reshape(self, name: str, array: np.ndarray, total: int) -> None:
+    def _check_reshape(self, name: str, shape: tuple[int, ...], total: int) -> None:
         dims = self.reshaped[name]
         rows = total if self.batching else 1
-        per_row = array.size // rows if rows else 0
+        size = int(np.prod(shape))
+        per_row = size // rows if rows else 0
         known = int(np.prod([d for d in dims if d >= 0]))
         fits = per_row == known if -1 not in dims else known > 0 and per_row % known == 0
         if not fits:
             raise internal(
-                f"model '{self.model}': output '{name}' has shape {list(array.shape)} "
+                f"model '{self.model}': output '{name}' has shape {list(shape)} "
                 f"({per_row} element(s) per request row), which does not fit its configured "
                 f"dims {list(dims)}"
             )
 
     def _split_strings(
         self, spec: IOSpec, value: list[str], requests: Sequence[PreparedRequest], total: int
-    ) -> list[np.ndarray]:
+    ) -> list[Data]:
         """Each request gets the strings at its own offset (the original gave all the first)."""
         name = spec.name
         if not spec.datatype.is_bytes:
@@ -161,7 +192,7 @@ class OutputPlan:
                 f"divide among the batch of {total}"
             )
         per_row = len(value) // total
-        parts: list[np.ndarray] = []
+        parts: list[Data] = []
         offset = 0
         for request in requests:
             count = request.batch_size * per_row

@@ -4,6 +4,10 @@ Per request: strings decoded (a bad one fails only its request). Per batch: requ
 which optional inputs they carry, inputs concatenated (ragged ones flattened end to end) and
 moved to the instance's device, batch inputs generated from the group's requests, the model
 called under the model's settings on the instance's stream, results split per request.
+
+Inputs that came as device tensors (``TorchArray``, in-process callers) are used in place when
+they sit on the instance's device, else moved once, straight there; the instance's stream first
+waits for the caller's stream to have produced them.
 """
 
 from __future__ import annotations
@@ -21,10 +25,11 @@ import torch
 from ptserve.backends.base import BackendInstance
 from ptserve.backends.batch_io import batch_input_array, source_shapes
 from ptserve.backends.pytorch.binding import InputBinding
-from ptserve.backends.pytorch.convert import to_strings, to_torch
+from ptserve.backends.pytorch.convert import TorchArray, as_tensor, to_strings, to_torch
 from ptserve.backends.pytorch.devices import Placement, clean_cache, stream_scope
 from ptserve.backends.pytorch.outputs import OutputPlan
 from ptserve.backends.pytorch.settings import POOLS, Settings
+from ptserve.common.device import Data, to_host
 from ptserve.common.errors import ServerError, internal, invalid_arg
 from ptserve.common.iospec import BatchInputSpec, IOSpec, ModelIO
 from ptserve.common.prepared import BatchResult, ExecutionTimes, OutputMap, PreparedRequest
@@ -142,14 +147,15 @@ class TorchInstance(BackendInstance):
                 clean_cache(self.placement)
 
     def _request_inputs(self, request: PreparedRequest) -> dict[str, Any]:
-        """Per request: numpy arrays, or ``List[str]`` for strings (bad strings fail only here)."""
+        """Per request: the arrays as they came, or ``List[str]`` for strings (bad strings fail
+        only here; strings are read on the host)."""
         converted: dict[str, Any] = {}
         for name, array in request.inputs.items():
             if name in self.batch_inputs:
                 continue
             spec = self.input_specs[name]
             if spec.datatype.is_bytes:
-                converted[name] = to_strings(array, f"input '{name}'")
+                converted[name] = to_strings(to_host(array), f"input '{name}'")
             else:
                 converted[name] = array
         return converted
@@ -175,8 +181,12 @@ class TorchInstance(BackendInstance):
                     strings.extend(part)
                 gathered[name] = strings
                 continue
-            if spec.allow_ragged_batch and self.io.batching:
-                # Ragged inputs reach the model flattened: the requests' elements end to end.
+            # Ragged inputs reach the model flattened: the requests' elements end to end.
+            ragged = spec.allow_ragged_batch and self.io.batching
+            if not all(isinstance(part, np.ndarray) for part in parts):
+                gathered[name] = self._from_devices(parts, spec, ragged)
+                continue
+            if ragged:
                 parts = [part.reshape(-1) for part in parts]
             array = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
             tensor = to_torch(array, spec.datatype)
@@ -184,6 +194,27 @@ class TorchInstance(BackendInstance):
                 tensor = tensor.to(self.device, non_blocking=True)
             gathered[name] = tensor
         return gathered
+
+    def _from_devices(self, parts: list[Data], spec: IOSpec, ragged: bool) -> torch.Tensor:
+        """One input of a batch in which some requests carry device tensors: each part as a
+        tensor on the instance's device (the caller's own where it is already there), joined
+        there."""
+        tensors: list[torch.Tensor] = []
+        for part in parts:
+            tensor = as_tensor(part, spec.datatype)
+            if isinstance(part, TorchArray) and part.ready is not None:
+                # Produced on the caller's stream: wait for it on the stream that reads it.
+                torch.cuda.current_stream(tensor.device).wait_event(part.ready)
+            if tensor.device != self.device:
+                # Straight to the instance's device; a copy to the host must be complete.
+                tensor = tensor.to(self.device, non_blocking=self._move)
+            elif self.placement.stream is not None:
+                # The caller's memory is read on this stream: keep it from reuse until done.
+                tensor.record_stream(self.placement.stream)
+            if ragged:
+                tensor = tensor.reshape(-1)
+            tensors.append(tensor)
+        return tensors[0].contiguous() if len(tensors) == 1 else torch.cat(tensors, dim=0)
 
     def _batch_input(
         self, name: str, spec: BatchInputSpec, prepared: Sequence[PreparedRequest]
@@ -239,7 +270,7 @@ class TorchInstance(BackendInstance):
 
 
 def _zeros_request(io: ModelIO, batch_size: int, variable: int) -> PreparedRequest:
-    inputs: dict[str, np.ndarray] = {}
+    inputs: dict[str, Data] = {}
     for spec in io.inputs + io.extra_inputs:  # sequence control and state inputs too
         dims = spec.reshape if spec.reshape is not None else spec.dims
         shape = ([batch_size] if io.batching else []) + [variable if d < 0 else d for d in dims]

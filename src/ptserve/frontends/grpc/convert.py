@@ -15,6 +15,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from ptserve.common import datatypes
 from ptserve.common.datatypes import DataType
+from ptserve.common.device import to_host
 from ptserve.common.errors import invalid_arg
 from ptserve.common.requests import InferRequest, InferResponse, RequestedOutput, Tensor
 from ptserve.core.shared_memory import SharedMemoryRegistry
@@ -229,7 +230,7 @@ def encode_response(
         entry.name = tensor.name
         entry.datatype = tensor.datatype.name
         entry.shape.extend(tensor.shape)
-        raw = tensors.to_raw(tensor.data, tensor.datatype)
+        raw = tensors.to_raw(to_host(tensor.data), tensor.datatype)
         wanted = requested.get(tensor.name)
         place = wanted.placement if wanted is not None else None
         if place is not None:

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import grpc
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from ptserve.common.errors import ServerError, unsupported
 from ptserve.core.server import InferenceServer
 from ptserve.core.shared_memory import CUDA_SHM_UNSUPPORTED
+from ptserve.core.trace_records import Incoming
 from ptserve.frontends.forms import FormCache
 from ptserve.frontends.grpc import convert, messages
 from ptserve.frontends.grpc.status import api_group, rpc
@@ -20,6 +22,7 @@ from ptserve.frontends.repository_api import load_parameters, unload_dependents
 
 log = logging.getLogger("ptserve.grpc")
 
+SERVICE = "inference.GRPCInferenceService"
 EMPTY_FINAL = "triton_enable_empty_final_response"
 _END = object()  # closes the queue of stream replies
 
@@ -29,6 +32,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
     def __init__(self, server: InferenceServer) -> None:
         self.server = server
+        self.tracer = server.tracer
         self.forms = FormCache()  # ModelInferRequest forms seen before
 
     # --- health and metadata ---------------------------------------------------------------
@@ -65,13 +69,32 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
     # --- inference -------------------------------------------------------------------------
 
-    async def _infer(self, request: Any) -> Any:
+    async def _infer(self, request: Any, final: bool = False) -> Any:
         decoded = convert.decode_request(request, self.server.shared_memory, self.forms)
         response = await self.server.infer(decoded)
-        return convert.encode_response(response, self.server.shared_memory)
+        return convert.encode_response(response, self.server.shared_memory, final)
+
+    async def _infer_traced(
+        self, request: Any, context: Any, method: str, final: bool = False
+    ) -> Any:
+        """``_infer`` with a server span (OpenTelemetry mode) that continues the client's trace
+        when the call's metadata carries a W3C ``traceparent``."""
+        incoming = _incoming(context, method, self.tracer.incoming)
+        try:
+            message = await self._infer(request, final)
+        except BaseException as exc:
+            code = exc.status.grpc_code_name if isinstance(exc, ServerError) else "INTERNAL"
+            incoming.attributes["rpc.grpc.status_code"] = grpc.StatusCode[code].value[0]
+            self.tracer.answered(incoming, exc)
+            raise
+        incoming.attributes["rpc.grpc.status_code"] = grpc.StatusCode.OK.value[0]
+        self.tracer.answered(incoming)
+        return message
 
     @rpc("inference")
     async def ModelInfer(self, request: Any, context: Any) -> Any:
+        if self.tracer.otel is not None:  # OpenTelemetry: this call gets a server span
+            return await self._infer_traced(request, context, "ModelInfer")
         return await self._infer(request)
 
     @api_group("inference")
@@ -87,9 +110,12 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         async def answer(request: Any) -> None:
             final = _wants_final_flag(request)
             try:
-                decoded = convert.decode_request(request, self.server.shared_memory, self.forms)
-                response = await self.server.infer(decoded)
-                message = convert.encode_response(response, self.server.shared_memory, final)
+                if self.tracer.otel is not None:  # OpenTelemetry: a server span per message
+                    message = await self._infer_traced(request, context, "ModelStreamInfer", final)
+                else:
+                    decoded = convert.decode_request(request, self.server.shared_memory, self.forms)
+                    response = await self.server.infer(decoded)
+                    message = convert.encode_response(response, self.server.shared_memory, final)
                 reply = pb.ModelStreamInferResponse(infer_response=message)
             except ServerError as exc:
                 reply = _stream_error(request, exc.message)
@@ -196,6 +222,22 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         else:
             settings = self.server.log_settings()
         return messages.log_settings_response(settings)
+
+
+def _incoming(context: Any, method: str, start: Callable[..., Incoming]) -> Incoming:
+    """The call as the server span of its trace sees it, with the client's trace context."""
+    traceparent = tracestate = ""
+    for key, value in context.invocation_metadata() or ():
+        if key == "traceparent":
+            traceparent = value if isinstance(value, str) else value.decode("latin-1")
+        elif key == "tracestate":
+            tracestate = value if isinstance(value, str) else value.decode("latin-1")
+    return start(
+        f"{SERVICE}/{method}",
+        {"rpc.system": "grpc", "rpc.service": SERVICE, "rpc.method": method},
+        traceparent,
+        tracestate,
+    )
 
 
 def _wants_final_flag(request: Any) -> bool:

@@ -14,6 +14,8 @@ from ptserve.common.errors import ServerError, invalid_arg, not_found, unsupport
 from ptserve.common.requests import InferResponse
 from ptserve.core.server import InferenceServer
 from ptserve.core.shared_memory import CUDA_SHM_UNSUPPORTED
+from ptserve.core.trace_records import Incoming
+from ptserve.core.tracing import Tracer
 from ptserve.frontends.console.service import CONSOLE_OFF, Console
 from ptserve.frontends.http import codec, compression, openapi
 from ptserve.frontends.repository_api import load_parameters, unload_dependents
@@ -108,6 +110,7 @@ class HttpApp:
         console: Console | None = None,
     ) -> None:
         self.server = server
+        self.tracer = server.tracer
         self.max_input_size = max_input_size
         self.console = console  # None: --allow-console=false
         self.restrictions = restrictions or Restrictions([])
@@ -210,27 +213,40 @@ class HttpApp:
 
     async def infer(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
         headers = request.headers
-        content_encoding = headers.get("content-encoding")
-        body: bytes | bytearray = request.body
-        if content_encoding:
-            body = compression.decompress(request.body, content_encoding, self.max_input_size)
-        header_length = _header_length(headers.get(codec.HEADER_LENGTH))
-        infer_request = codec.decode_request(
-            params["model"],
-            params.get("version", ""),
-            body,
-            header_length,
-            self.server.shared_memory,
-            self.headers,
-        )
-        binary_default = _binary_default(infer_request.parameters)
-        response = await self.server.infer(infer_request)
-        accept = headers.get("accept-encoding")
-        encoding = compression.choose_encoding(accept) if accept else ""
-        result = self._answer(response, binary_default)
-        if encoding:
-            result.body = [compression.compress(result.body, encoding)]
-            result.headers.append(("Content-Encoding", encoding))
+        incoming = None
+        if self.tracer.otel is not None:  # OpenTelemetry: this request gets a server span
+            incoming = _incoming(request, params, self.tracer)
+        try:
+            content_encoding = headers.get("content-encoding")
+            body: bytes | bytearray = request.body
+            if content_encoding:
+                body = compression.decompress(request.body, content_encoding, self.max_input_size)
+            header_length = _header_length(headers.get(codec.HEADER_LENGTH))
+            infer_request = codec.decode_request(
+                params["model"],
+                params.get("version", ""),
+                body,
+                header_length,
+                self.server.shared_memory,
+                self.headers,
+            )
+            binary_default = _binary_default(infer_request.parameters)
+            response = await self.server.infer(infer_request)
+            accept = headers.get("accept-encoding")
+            encoding = compression.choose_encoding(accept) if accept else ""
+            result = self._answer(response, binary_default)
+            if encoding:
+                result.body = [compression.compress(result.body, encoding)]
+                result.headers.append(("Content-Encoding", encoding))
+        except BaseException as exc:
+            if incoming is not None:
+                status = exc.status.http_status if isinstance(exc, ServerError) else 500
+                incoming.attributes["http.response.status_code"] = status
+                self.tracer.answered(incoming, exc)
+            raise
+        if incoming is not None:
+            incoming.attributes["http.response.status_code"] = 200
+            self.tracer.answered(incoming)
         return result
 
     def _answer(self, response: InferResponse, binary_default: bool) -> HttpResponse:
@@ -341,6 +357,22 @@ def json_body(request: HttpRequest) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise invalid_arg(f"the request JSON must be an object, got {type(value).__name__}")
     return value
+
+
+def _incoming(request: HttpRequest, params: dict[str, str], tracer: Tracer) -> Incoming:
+    """The inference request as the server span of its trace sees it (OpenTelemetry mode)."""
+    route = (
+        "/v2/models/{model}/versions/{version}/infer"
+        if "version" in params
+        else ("/v2/models/{model}/infer")
+    )
+    headers = request.headers
+    return tracer.incoming(
+        f"{request.method} {route}",
+        {"http.request.method": request.method, "http.route": route, "url.path": request.path},
+        headers.get("traceparent", ""),
+        headers.get("tracestate", ""),
+    )
 
 
 def _header_length(value: str | None) -> int | None:

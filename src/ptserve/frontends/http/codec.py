@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 
 from ptserve.common import datatypes
+from ptserve.common.device import to_host
 from ptserve.common.errors import invalid_arg
 from ptserve.common.requests import InferRequest, InferResponse, RequestedOutput, Tensor
 from ptserve.core.shared_memory import SharedMemoryRegistry
@@ -222,7 +223,7 @@ def encode_response(
         if place is not None:
             if shared_memory is None:
                 raise invalid_arg(f"output '{tensor.name}': shared memory is not available here")
-            raw = tensors.to_raw(tensor.data, tensor.datatype)
+            raw = tensors.to_raw(to_host(tensor.data), tensor.datatype)
             shared_memory.write(f"output '{tensor.name}'", place, raw)
             entry["parameters"] = {
                 "shared_memory_region": place.region,
@@ -231,11 +232,11 @@ def encode_response(
             if place.offset:
                 entry["parameters"]["shared_memory_offset"] = place.offset
         elif as_binary:
-            raw = tensors.to_raw(tensor.data, tensor.datatype)
+            raw = tensors.to_raw(to_host(tensor.data), tensor.datatype)
             entry["parameters"] = {"binary_data_size": len(raw)}
             binary.append(raw)
         else:
-            entry["data"] = tensors.to_json_values(tensor.data, tensor.datatype)
+            entry["data"] = tensors.to_json_values(to_host(tensor.data), tensor.datatype)
         outputs.append(entry)
     header: dict[str, Any] = {}
     if response.id:

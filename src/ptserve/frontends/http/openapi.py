@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ptserve.common.datatypes import BY_NAME
+from ptserve.common.logging_setup import LOG_FORMATS
 from ptserve.common.version import __version__
 
 JSON = "application/json"
@@ -332,7 +333,7 @@ def _schemas() -> dict[str, Any]:
                 "log_warning": {"type": "boolean"},
                 "log_error": {"type": "boolean"},
                 "log_verbose_level": {"type": "integer", "minimum": 0},
-                "log_format": {"type": "string", "enum": ["default", "ISO8601"]},
+                "log_format": {"type": "string", "enum": list(LOG_FORMATS)},
             },
             "additionalProperties": False,
         },

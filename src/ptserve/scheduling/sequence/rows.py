@@ -1,4 +1,8 @@
-"""The rows a sequence model runs: the client's inputs plus control values and carried state."""
+"""The rows a sequence model runs: the client's inputs plus control values and carried state.
+
+Control values and carried state live on the host: a client's device inputs pass through as they
+came, and a state output that the backend returned on a device is copied to the host when kept.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from collections.abc import Hashable
 
 import numpy as np
 
+from ptserve.common.device import Data, to_host
 from ptserve.common.errors import invalid_arg
 from ptserve.common.iospec import ModelIO
 from ptserve.common.prepared import OutputMap, PreparedRequest
@@ -54,12 +59,12 @@ class RowBuilder:
 
     def filler(self, template: PreparedRequest) -> PreparedRequest:
         """A not-READY row for an idle slot of a direct batch, shaped like ``template``."""
-        inputs: dict[str, np.ndarray] = {}
-        for name, array in template.inputs.items():
+        inputs: dict[str, Data] = {}
+        for name, array in template.inputs.items():  # (host zeros also for a device template)
             inputs[name] = (
                 np.full(array.shape, b"", dtype=object)
                 if array.dtype == object
-                else np.zeros_like(array)
+                else np.zeros(array.shape, dtype=array.dtype)
             )
         for control in self.plan.controls:
             inputs[control.name] = self._control(control, False, False, False, 0)
@@ -81,7 +86,7 @@ class RowBuilder:
             name = state.output_name
             value = outputs.get(name) if name in requested else outputs.pop(name, None)
             if value is not None:
-                sequence.state[state.input_name] = np.array(value, copy=True)
+                sequence.state[state.input_name] = np.array(to_host(value), copy=True)
 
     def _control(
         self, control: Control, start: bool, end: bool, ready: bool, sequence_id: int | str
