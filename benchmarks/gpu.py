@@ -227,9 +227,9 @@ def served(
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             while time.perf_counter() < deadline:
                 start = time.perf_counter()
-                status = exchange(sock, payload)
+                status, body = exchange(sock, payload)
                 if status != 200:
-                    failures.append(f"HTTP {status}")
+                    failures.append(f"HTTP {status}: {body[:400]!r}")
                     return
                 mine.append(time.perf_counter() - start)
         with lock:
@@ -254,8 +254,8 @@ def served(
     }
 
 
-def exchange(sock: socket.socket, payload: bytes) -> int:
-    """Send one request, read its whole answer; returns the HTTP status."""
+def exchange(sock: socket.socket, payload: bytes) -> tuple[int, bytes]:
+    """Send one request, read its whole answer; returns the HTTP status and the body."""
     sock.sendall(payload)
     buffer = b""
     while b"\r\n\r\n" not in buffer:
@@ -270,7 +270,7 @@ def exchange(sock: socket.socket, payload: bytes) -> int:
     )
     while len(body) < length:
         body += sock.recv(1 << 20)
-    return int(lines[0].split()[1])
+    return int(lines[0].split()[1]), body
 
 
 def main(argv: list[str] | None = None) -> None:
