@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 
 from ptserve.common import datatypes
-from ptserve.common.device import DeviceArray, to_host
+from ptserve.common.device import to_host
 from ptserve.common.errors import ServerError
 from ptserve.common.requests import InferRequest, RequestedOutput, Tensor
 from ptserve.config.io import model_io
 from ptserve.config.parse import parse_config
 from ptserve.core.inference import build_response, prepare
+from tests.device_data import Remote
 
 CONFIG = """
     name: "m"
@@ -24,34 +25,6 @@ CONFIG = """
     output [ { name: "Y" data_type: TYPE_FP32 dims: [ 2 ] } ]
 """
 FP32 = datatypes.BY_NAME["FP32"]
-
-
-class Remote(DeviceArray):
-    """Device data that only a test can see into: ``host()`` counts the copies it makes."""
-
-    copies = 0
-
-    def __init__(self, values: np.ndarray) -> None:
-        self.values = values
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(self.values.shape)
-
-    @property
-    def dtype(self) -> np.dtype[Any]:
-        return self.values.dtype
-
-    @property
-    def device(self) -> str:
-        return "remote:0"
-
-    def reshape(self, shape: list[int] | tuple[int, ...]) -> Remote:
-        return Remote(self.values.reshape(shape))
-
-    def host(self) -> np.ndarray:
-        Remote.copies += 1
-        return self.values.copy()
 
 
 def _request(a: Any, b: Any) -> InferRequest:

@@ -7,12 +7,12 @@ from typing import Any
 
 import numpy as np
 
-from ptserve.common.device import DeviceArray
 from ptserve.common.prepared import PreparedRequest
 from ptserve.config.io import model_io
 from ptserve.config.parse import parse_config
 from ptserve.scheduling.sequence.rows import RowBuilder
 from ptserve.scheduling.sequence.slots import Sequence
+from tests.device_data import Remote
 
 CONFIG = """
     name: "s"
@@ -27,31 +27,6 @@ CONFIG = """
                 dims: [ 1 ] } ]
     }
 """
-
-
-class Remote(DeviceArray):
-    """Device data whose values only ``host()`` reads."""
-
-    def __init__(self, values: np.ndarray) -> None:
-        self.values = values
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(self.values.shape)
-
-    @property
-    def dtype(self) -> np.dtype[Any]:
-        return self.values.dtype
-
-    @property
-    def device(self) -> str:
-        return "remote:0"
-
-    def reshape(self, shape: list[int] | tuple[int, ...]) -> Remote:
-        return Remote(self.values.reshape(shape))
-
-    def host(self) -> np.ndarray:
-        return self.values.copy()
 
 
 def _rows() -> RowBuilder:
