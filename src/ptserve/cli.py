@@ -27,6 +27,7 @@ from ptserve.frontends.metrics import start_metrics_server
 from ptserve.frontends.restrictions import parse_restriction
 from ptserve.repository import RepositoryOptions, check_location
 from ptserve.repository.layout import is_safe_name
+from ptserve.repository.remote import is_remote
 from ptserve.transports.http1 import DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS
 
 log = logging.getLogger("ptserve.cli")
@@ -78,7 +79,7 @@ def _trace_config(value: str) -> tuple[str, str]:
 
 def _repository(value: str) -> str | Path:
     """A local path, or an object store URL checked here (form, client library)."""
-    if "://" not in value:
+    if not is_remote(value):
         return Path(value)
     try:
         check_location(value)

@@ -29,6 +29,7 @@ from ptserve.frontends.listeners import (
     start_http,
 )
 from ptserve.frontends.metrics import start_metrics_server
+from ptserve.repository.remote import is_remote
 
 log = logging.getLogger("ptserve.embedded")
 
@@ -41,7 +42,7 @@ def server_options(model_repository: Repository, options: Mapping[str, Any]) -> 
     if isinstance(model_repository, str | Path):
         model_repository = [model_repository]
     repositories: list[str | Path] = [
-        str(r) if "://" in str(r) else Path(r) for r in model_repository
+        str(r) if is_remote(str(r)) else Path(r) for r in model_repository
     ]
     known = {f.name for f in fields(ServerOptions)} - {"model_repositories"}
     unknown = sorted(set(options) - known)

@@ -71,11 +71,8 @@ class OutputPlan:
                 if name not in wanted:
                     wanted.append(name)
         total = sum(r.batch_size for r in requests)
-        on_device = [any(isinstance(a, DeviceArray) for a in r.inputs.values()) for r in requests]
         per_output = {
-            name: self._split_one(
-                self.specs[name], self._pick(raw, name), requests, total, on_device
-            )
+            name: self._split_one(self.specs[name], self._pick(raw, name), requests, total)
             for name in wanted
         }
         return [
@@ -107,7 +104,6 @@ class OutputPlan:
         value: Any,
         requests: Sequence[PreparedRequest],
         total: int,
-        on_device: list[bool],
     ) -> list[Data]:
         if _is_strings(value):
             return self._split_strings(spec, value, requests, total)
@@ -143,8 +139,10 @@ class OutputPlan:
             )
         if name in self.reshaped:
             self._check_reshape(name, shape, total)
+        # Only a result left on a device is asked which requests brought device inputs, so a
+        # batch of host requests (every wire request) pays nothing for device data.
         stays = value.device.type != "cpu" and name not in self.host_only
-        keep = [stays and wanted for wanted in on_device]
+        keep = [_device_inputs(r) for r in requests] if stays else [False] * len(requests)
         # One copy to the host for the whole batch, only when some request wants numpy.
         array = to_numpy(value) if not all(keep) else None
         if not self.batching:
@@ -216,3 +214,8 @@ def flatten(raw: Any) -> list[Any]:
 
 def _is_strings(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _device_inputs(request: PreparedRequest) -> bool:
+    """Whether the request brought device data, and so takes device results back as they are."""
+    return any(isinstance(a, DeviceArray) for a in request.inputs.values())

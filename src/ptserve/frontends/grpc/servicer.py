@@ -113,9 +113,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
                 if self.tracer.otel is not None:  # OpenTelemetry: a server span per message
                     message = await self._infer_traced(request, context, "ModelStreamInfer", final)
                 else:
-                    decoded = convert.decode_request(request, self.server.shared_memory, self.forms)
-                    response = await self.server.infer(decoded)
-                    message = convert.encode_response(response, self.server.shared_memory, final)
+                    message = await self._infer(request, final)
                 reply = pb.ModelStreamInferResponse(infer_response=message)
             except ServerError as exc:
                 reply = _stream_error(request, exc.message)
