@@ -106,11 +106,16 @@ def test_the_model_parameter_turns_inline_runs_off(server: ServerProcess) -> Non
     for model in ("never_inline", "fast"):
         for _ in range(40):  # the first executions are slow: their average must settle
             assert probe(server.http_url, model).error is None
-    before = {model: queued_ns(model) for model in ("never_inline", "fast")}
-    for _ in range(20):
-        assert probe(server.http_url, "never_inline").error is None
-        assert probe(server.http_url, "fast").error is None
-    per_request = {model: (queued_ns(model) - before[model]) / 20 for model in before}
+    # Each model's mean queue time over 20 requests, the lowest of three rounds: one request
+    # preempted between queueing and running (a loaded machine) must not decide the figure.
+    per_request = {"never_inline": float("inf"), "fast": float("inf")}
+    for _ in range(3):
+        before = {model: queued_ns(model) for model in per_request}
+        for _ in range(20):
+            assert probe(server.http_url, "never_inline").error is None
+            assert probe(server.http_url, "fast").error is None
+        for model, earlier in before.items():
+            per_request[model] = min(per_request[model], (queued_ns(model) - earlier) / 20)
     # A hand-off to a thread and its wake-up cost tens of microseconds; an inline run waits
     # only for the lines between queueing and running it.
     assert per_request["fast"] < 10_000, per_request

@@ -13,6 +13,7 @@ from ptserve.backends.base import Backend
 from ptserve.backends.pytorch.backend import PyTorchBackend
 from ptserve.common import logging_setup
 from ptserve.common.errors import ServerError, Status, invalid_arg, unavailable
+from ptserve.common.loops import running_loop
 from ptserve.common.requests import InferRequest, InferResponse
 from ptserve.common.version import __version__
 from ptserve.config.render import config_to_dict
@@ -405,7 +406,7 @@ class InferenceServer:
                     raise unavailable(
                         f"model '{target.name}' version {target.version} is not ready"
                     )
-                item = WorkItem(prepared, asyncio.get_running_loop(), options, trace)
+                item = WorkItem(prepared, running_loop(), options, trace)
                 pool.submit(item)
             except ServerError as exc:
                 reason = "REJECTED" if exc.status is Status.UNAVAILABLE else "OTHER"

@@ -13,6 +13,7 @@ from typing import Any, NoReturn, Protocol
 
 import grpc
 
+from ptserve.common.loops import running_loop
 from ptserve.transports.http2.headers import Metadata, RequestHead
 
 log = logging.getLogger("ptserve.grpc")
@@ -63,7 +64,7 @@ class Context:
     def time_remaining(self) -> float | None:
         if self.deadline is None:
             return None
-        return max(0.0, self.deadline - asyncio.get_running_loop().time())
+        return max(0.0, self.deadline - running_loop().time())
 
     def set_code(self, code: grpc.StatusCode) -> None:
         self._code = code
@@ -240,7 +241,7 @@ class Requests:
             elif self._ended and not self._ready:
                 return
             else:
-                self._waiter = asyncio.get_running_loop().create_future()
+                self._waiter = running_loop().create_future()
                 try:
                     await self._waiter
                 finally:

@@ -1,0 +1,83 @@
+"""The running loop, cached per thread."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+import uvloop
+
+from ptserve.common.loops import running_loop
+
+
+def test_outside_a_loop_it_raises_as_asyncio_does() -> None:
+    with pytest.raises(RuntimeError):
+        running_loop()
+
+
+@pytest.mark.parametrize("run", [asyncio.run, uvloop.run])
+def test_each_new_loop_on_a_thread_is_found(run: object) -> None:
+    async def both() -> tuple[asyncio.AbstractEventLoop, asyncio.AbstractEventLoop]:
+        return running_loop(), asyncio.get_running_loop()
+
+    for _ in range(3):  # a thread that runs one loop after another
+        ours, theirs = run(both())  # type: ignore[operator]
+        assert ours is theirs
+
+
+def test_the_loop_is_looked_up_once_while_it_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    lookups = []
+    real = asyncio.get_running_loop
+
+    def counted() -> asyncio.AbstractEventLoop:
+        lookups.append(1)
+        return real()
+
+    async def many() -> None:
+        for _ in range(100):
+            assert running_loop() is real()
+
+    monkeypatch.setattr("ptserve.common.loops.asyncio.get_running_loop", counted)
+    asyncio.run(many())
+    assert len(lookups) == 1
+
+
+def test_threads_running_loops_at_once_get_their_own() -> None:
+    found: dict[str, bool] = {}
+    barrier = threading.Barrier(2)
+
+    def runner(name: str) -> None:
+        async def check() -> bool:
+            barrier.wait(5)  # both loops run now
+            return all(running_loop() is asyncio.get_running_loop() for _ in range(3))
+
+        found[name] = asyncio.run(check())
+
+    threads = [threading.Thread(target=runner, args=(n,)) for n in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert found == {"a": True, "b": True}
+
+
+def test_a_loop_moved_to_another_thread_is_not_answered_to_its_first_thread() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        first = loop.run_until_complete(_found())
+        assert first is loop
+
+        moved: list[asyncio.AbstractEventLoop] = []
+        other = threading.Thread(target=lambda: moved.append(loop.run_until_complete(_found())))
+        other.start()
+        other.join(10)
+        assert moved == [loop]
+        # This thread now runs a second loop: it must be answered that one.
+        assert asyncio.run(_found()) is not loop
+    finally:
+        loop.close()
+
+
+async def _found() -> asyncio.AbstractEventLoop:
+    return running_loop()
