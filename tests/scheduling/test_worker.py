@@ -10,6 +10,7 @@ from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
+import pytest
 
 from ptserve.backends.base import BackendInstance
 from ptserve.common.prepared import BatchResult, ExecutionTimes, OutputMap, PreparedRequest
@@ -139,3 +140,52 @@ def test_inline_only_for_cpu_instances_without_a_timeout() -> None:
     assert inline_limit_ns("KIND_CPU", 500, 100) == 0  # EXECUTION_TIMEOUT_MS set
     assert inline_limit_ns("KIND_GPU", 500, 0) == 0
     assert inline_limit_ns("KIND_MODEL", 500, 0) == 0
+
+
+class Prepared(Recorder):
+    """Records the thread of its warm-up (prepare) and whether it was unloaded."""
+
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__()
+        self.fail = fail
+        self.prepared_on: int | None = None
+        self.unloaded = threading.Event()
+
+    def prepare(self) -> None:
+        self.prepared_on = threading.get_ident()
+        if self.fail:
+            raise RuntimeError("warm-up failed")
+
+    def unload(self) -> None:
+        self.unloaded.set()
+
+
+def test_the_instance_is_prepared_on_its_worker_thread_before_start_returns() -> None:
+    stats = ModelStats()
+    scheduler = DefaultScheduler(stats)
+    instance = Prepared()
+    worker = InstanceWorker("probe", 0, instance, scheduler, stats, 0, prepare=instance.prepare)
+    pool = WorkerPool(scheduler, [worker])
+    pool.start()
+    assert instance.prepared_on == worker.thread.ident
+    assert instance.prepared_on != threading.get_ident()
+    assert finish(pool, run(pool)) == worker.thread.ident  # and it serves on that thread
+
+
+def test_a_failed_preparation_fails_the_start_and_stops_that_worker() -> None:
+    stats = ModelStats()
+    scheduler = DefaultScheduler(stats)
+    good, bad = Prepared(), Prepared(fail=True)
+    workers = [
+        InstanceWorker(f"probe_{i}", i, instance, scheduler, stats, 0, prepare=instance.prepare)
+        for i, instance in enumerate((good, bad))
+    ]
+    pool = WorkerPool(scheduler, workers)
+    with pytest.raises(RuntimeError, match="warm-up failed"):
+        pool.start()
+    assert bad.unloaded.wait(5)  # its thread ended and released the instance
+    workers[1].thread.join(5)
+    assert not workers[1].thread.is_alive()
+    assert not good.unloaded.is_set()
+    pool.stop("probe", 5)  # the caller stops the rest
+    assert good.unloaded.wait(5)

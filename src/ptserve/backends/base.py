@@ -45,6 +45,11 @@ class BackendInstance(abc.ABC):
     def execute(self, batch: Sequence[PreparedRequest]) -> BatchResult:
         """Run the batch; errors are returned per request, never raised."""
 
+    def prepare(self) -> None:  # noqa: B027 - optional hook
+        """Get ready to serve, on the worker thread that will run every execution (a warm-up
+        that compiles: torch.compile's CUDA graphs belong to the thread that records them).
+        Raises ServerError to fail the load."""
+
     def unload(self) -> None:  # noqa: B027 - optional hook
         """Release what the instance holds."""
 

@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from ptserve.backends.base import (
@@ -110,8 +111,9 @@ class ModelVersion:
         self.unload(timeout)
 
     def load(self, backend: Backend, model_dir: Path, backend_config: dict[str, str]) -> None:
-        """Load the backend model, warm each instance up, and start one worker per instance
-        (on a loader thread). On failure everything made so far is released and raised.
+        """Load the backend model and start one worker per instance, which warms its instance
+        up on its own thread before the version is ready (this runs on a loader thread). On
+        failure everything made so far is released and raised.
         """
         started = time.monotonic()
         instances: list[tuple[InstanceSpec, BackendInstance]] = []
@@ -130,8 +132,6 @@ class ModelVersion:
             self.backend_model = backend.load(context)
             for spec in instance_specs(self.config):
                 instances.append((spec, self.backend_model.create_instance(spec)))
-            for spec, instance in instances if self.warmup else []:
-                run_warmup(self.name, spec.name, instance, self.warmup)
             # Every instance of every group takes its batches from this one scheduler.
             scheduler = make_scheduler(self.config, self.io, self.stats, len(instances))
             for index, (spec, instance) in enumerate(instances):
@@ -145,6 +145,7 @@ class ModelVersion:
                         self.stats,
                         inline_ns,
                         (self.name, str(self.version)),
+                        partial(self._prepare, spec.name, instance),
                     )
                 )
             if timeout_ms:
@@ -170,6 +171,13 @@ class ModelVersion:
             raise
         self.load_seconds = time.monotonic() - started
         self.state = State.READY
+
+    def _prepare(self, instance_name: str, instance: BackendInstance) -> None:
+        """On the instance's worker thread, before it serves: the backend's own warm-up, then
+        the config's ``model_warmup`` samples."""
+        instance.prepare()
+        if self.warmup:
+            run_warmup(self.name, instance_name, instance, self.warmup)
 
     def _all_stuck(self, reason: str) -> None:
         """Every instance is stuck past the execution timeout: refuse new requests with the

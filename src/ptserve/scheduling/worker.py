@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -42,6 +42,9 @@ class Instance(Protocol):
 
     def unload(self) -> None:
         """Release what the instance holds."""
+
+
+Prepare = Callable[[], None]
 
 
 def inline_limit_ns(kind: str, max_inline_us: int, timeout_ms: int) -> int:
@@ -70,6 +73,7 @@ class InstanceWorker:
         stats: ModelStats,
         inline_ns: int = 0,
         model: tuple[str, str] = ("", ""),
+        prepare: Prepare | None = None,
     ) -> None:
         self.name = name
         self.model = model  # name and version, for log lines about its batches
@@ -82,6 +86,10 @@ class InstanceWorker:
         self.execution = Execution(name)
         self.claim = threading.Lock()  # one batch at a time on the instance
         self.average_ns = _UNKNOWN_NS
+        self.prepare = prepare
+        self.holding = False  # a batch taken from the scheduler waits for the instance
+        self._prepared = threading.Event()
+        self._prepare_error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name=f"instance-{name}", daemon=True)
 
     @property
@@ -91,15 +99,33 @@ class InstanceWorker:
     def start(self) -> None:
         self.thread.start()
 
+    def wait_prepared(self) -> None:
+        """Wait until the thread has run ``prepare``; raise what it raised."""
+        self._prepared.wait()
+        if self._prepare_error is not None:
+            raise self._prepare_error
+
     def join(self, timeout: float | None = None) -> None:
         self.thread.join(timeout)
 
     def _run(self) -> None:
-        while True:
+        # Warm-ups run here, on the thread that serves: what they leave behind may belong to
+        # the thread (torch.compile's CUDA graphs are recorded per thread).
+        try:
+            if self.prepare is not None:
+                self.prepare()
+        except BaseException as exc:
+            self._prepare_error = exc
+        self._prepared.set()
+        while self._prepare_error is None:
             batch = self.scheduler.next_batch(self.index)
             if batch is None:
                 break
+            # Taken from the queue but not yet running (the instance may be busy with an inline
+            # run): a new request must not run inline ahead of it.
+            self.holding = True
             with self.claim:
+                self.holding = False
                 outcome = self._execute(batch)
             self._answer(batch, outcome)
         try:
@@ -245,15 +271,23 @@ class WorkerPool:
 
     def submit(self, item: WorkItem) -> None:
         """Run the request inline when a worker takes it (see the module), else queue it."""
-        if self._inline and self.scheduler.idle():
+        if (
+            self._inline
+            and self.scheduler.idle()
+            and not any(worker.holding for worker in self.workers)
+        ):
             for worker in self._inline:
                 if worker.run_inline(item):
                     return
         self.scheduler.enqueue(item)
 
     def start(self) -> None:
+        """Start every worker and wait until each has prepared; raise the first failure
+        (the caller then stops the pool)."""
         for worker in self.workers:
             worker.start()
+        for worker in self.workers:
+            worker.wait_prepared()
 
     def stop(self, log_name: str, timeout: float | None = None) -> None:
         """Stop the workers once the queue is drained; wait for each (up to ``timeout`` in

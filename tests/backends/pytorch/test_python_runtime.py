@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 from tritonclient.utils import InferenceServerException
 
-from tests.backends.pytorch.helpers import infer, write_python_model
+from tests.backends.pytorch.helpers import infer, load_instances, write_python_model
 from tests.serverproc import ServerProcess
 
 EAGER = '{\\"backend\\": \\"eager\\"}'
@@ -279,3 +280,24 @@ def test_load_errors(server: ServerProcess, model: str, message: str) -> None:
     assert message in server.log()
     with pytest.raises(InferenceServerException):
         infer(server.http_url, model, {"INPUT__0": X})
+
+
+def test_the_compiling_warm_up_waits_for_the_worker_thread(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Making an instance compiles nothing: its warm-up runs in ``prepare``, which the
+    instance's worker thread calls (torch.compile's CUDA graphs belong to the thread that
+    records them); with compilation off there is nothing to warm up."""
+    eager = _param("TORCH_COMPILE_OPTIONAL_PARAMETERS", EAGER)
+    off = _param("TORCH_COMPILE_OPTIONAL_PARAMETERS", NO_COMPILE)
+    compiled = write_python_model(tmp_path, "compiled", _config("compiled", 4, eager), SIMPLE)
+    plain = write_python_model(tmp_path, "plain", _config("plain", 4, off), SIMPLE)
+    caplog.set_level(logging.INFO, logger="ptserve")
+    [instance] = load_instances(compiled)
+    assert "warmed up" not in caplog.text
+    instance.prepare()
+    assert "model instance 'compiled_0': warmed up (compiled)" in caplog.text
+    caplog.clear()
+    [instance] = load_instances(plain)
+    instance.prepare()
+    assert "warmed up" not in caplog.text

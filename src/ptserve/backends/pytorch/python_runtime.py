@@ -2,7 +2,9 @@
 
 The module is built with no arguments, given the sibling ``model.pt`` state_dict when there is
 one, moved to the instance's device, put in eval mode and compiled; each instance is warmed up
-at load so compilation never waits on a user's request. Inputs go positionally in config order.
+at load, on the worker thread that will run it, so compilation never waits on a user's request
+and the CUDA graphs of ``mode="reduce-overhead"`` are recorded by the thread that replays them.
+Inputs go positionally in config order.
 """
 
 from __future__ import annotations
@@ -125,8 +127,8 @@ class PythonModel(BackendModel):
             placement = Placement(placement.kind, None, device, placement.stream)
         with COMPILE_LOCK:
             instance = TorchInstance(self.plan, spec.name, placement, self._compile(module))
-            if not self.settings.compile_options.get("disable", False):
-                instance.warm_up()
+        # Compiled on the first calls: the warm-up, on the instance's worker thread (prepare).
+        instance.warm_on_prepare = not self.settings.compile_options.get("disable", False)
         return instance
 
     def _build(self, placement: Placement) -> nn.Module:

@@ -87,6 +87,7 @@ class TorchInstance(BackendInstance):
         }
         self.device = placement.input_device
         self._move = self.device.type != "cpu"
+        self.warm_on_prepare = False  # a compiled module: run zeros through it before serving
         log.info("model instance '%s' of '%s': %s", name, plan.model, placement.describe())
 
     def execute(self, batch: Sequence[PreparedRequest]) -> BatchResult:
@@ -238,6 +239,11 @@ class TorchInstance(BackendInstance):
             else:
                 args.append(gathered[slot.names[0]])
         return args
+
+    def prepare(self) -> None:
+        if self.warm_on_prepare:
+            with COMPILE_LOCK:
+                self.warm_up()
 
     def warm_up(self) -> None:
         """Run zeros through the model at load, so compilation never waits on a user request.
