@@ -18,14 +18,13 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import httpx
 import psutil
 import pytest
 
-from ptserve.transports.http1 import Connections, HttpProtocol, HttpRequest, HttpResponse, Outbox
+from ptserve.transports.http1 import HttpProtocol, HttpRequest, HttpResponse
 from tests.frontends.http.rawhttp import error_of
 from tests.serverproc import ServerProcess
 
@@ -636,101 +635,3 @@ async def test_100_continue_waits_for_the_answers_before_it() -> None:
         (second,) = await read_answers(reader, 1)
         writer.close()
     assert json.loads(second) == {"path": "/next", "body": "ok"}
-
-
-# --- answers held to the end of the loop's pass (Outbox) ---------------------------------------
-
-
-class RecordingOutbox(Outbox):
-    """An outbox that notes how many requests were being answered at each ``send``."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.answering_at_send: list[int] = []
-
-    def send(self, *args: Any) -> None:
-        self.answering_at_send.append(self.answering)
-        super().send(*args)
-
-
-async def serve_shared(handler: object) -> tuple[asyncio.Server, int, RecordingOutbox]:
-    """A listener whose connections share one Connections (and so one outbox), as served."""
-    loop = asyncio.get_running_loop()
-    outbox = RecordingOutbox()
-    connections = Connections(0, outbox=outbox)
-    server = await loop.create_server(
-        lambda: HttpProtocol(handler, 1 << 20, connections=connections),  # type: ignore[arg-type]
-        "127.0.0.1",
-        0,
-    )
-    return server, server.sockets[0].getsockname()[1], outbox
-
-
-async def test_an_answer_held_while_another_request_runs_still_leaves_in_the_same_pass() -> None:
-    """While one connection's request is still being answered, another's answer is held to the
-    end of the loop's pass, not until the first is done; a ``Connection: close`` answer held
-    that way is written before its connection closes."""
-    release = asyncio.Event()
-
-    async def handler(request: HttpRequest) -> HttpResponse:
-        if request.path == "/slow":
-            await release.wait()
-        return HttpResponse.json({"path": request.path})
-
-    server, port, outbox = await serve_shared(handler)
-    async with server:
-        slow_reader, slow_writer = await asyncio.open_connection("127.0.0.1", port)
-        slow_writer.write(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
-        await asyncio.sleep(0.05)  # /slow is being answered
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert await asyncio.wait_for(read_answers(reader, 2), 5) == [
-            b'{"path":"/a"}',
-            b'{"path":"/b"}',
-        ]
-        closing_reader, closing_writer = await asyncio.open_connection("127.0.0.1", port)
-        closing_writer.write(b"GET /c HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        assert await asyncio.wait_for(read_answers(closing_reader, 1), 5) == [b'{"path":"/c"}']
-        assert await asyncio.wait_for(closing_reader.read(), 5) == b""  # then closed
-        release.set()
-        assert await asyncio.wait_for(read_answers(slow_reader, 1), 5) == [b'{"path":"/slow"}']
-        for w in (slow_writer, writer, closing_writer):
-            w.close()
-    # /a, /b and /c were held (/slow was still answered); /slow, the last, was written at once
-    assert outbox.answering_at_send == [1, 1, 1, 0]
-    assert outbox.answering == 0
-
-
-async def test_the_outbox_keeps_the_order_and_skips_closed_connections() -> None:
-    loop = asyncio.get_running_loop()
-    written: list[tuple[str, bytes]] = []
-
-    class Fake:
-        def __init__(self, name: str, closing: bool = False) -> None:
-            self.name, self.closing = name, closing
-
-        def is_closing(self) -> bool:
-            return self.closing
-
-        def write(self, data: bytes) -> None:
-            written.append((self.name, data))
-
-        def writelines(self, parts: list[bytes]) -> None:
-            written.append((self.name, b"".join(parts)))
-
-    outbox = Outbox()
-    a, b, gone = Fake("a"), Fake("b"), Fake("gone", closing=True)
-    outbox.answering = 2
-    outbox.send(loop, a, [b"1"])  # type: ignore[arg-type]
-    outbox.send(loop, gone, [b"x"])  # type: ignore[arg-type]
-    outbox.send(loop, b, [b"2", b"3"])  # type: ignore[arg-type]
-    assert written == []  # held
-    outbox.answering = 0
-    outbox.send(loop, a, [b"4"])  # type: ignore[arg-type]  # the last: the held ones go first
-    assert written == [("a", b"1"), ("b", b"23"), ("a", b"4")]
-    await asyncio.sleep(0)  # the flush scheduled for the pass finds nothing left
-    assert written == [("a", b"1"), ("b", b"23"), ("a", b"4")]
-    outbox.answering = 1
-    outbox.send(loop, b, [b"5"])  # type: ignore[arg-type]
-    await asyncio.sleep(0)  # end of the pass
-    assert written[-1] == ("b", b"5")

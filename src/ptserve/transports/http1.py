@@ -82,65 +82,12 @@ class HttpResponse:
 Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
 
 
-class Outbox:
-    """Answers held to the end of the event loop's pass while other requests of the listener
-    are still being answered, then written back to back.
-
-    A write to a socket whose reader sleeps wakes the reader, and on a virtual machine that
-    wake-up (an interrupt to another CPU) costs as much as a small model's execution. Answers
-    written one after another within a pass find their readers awake; answers written between
-    executions (requests run one by one on the event loop) each wake theirs. The last answer
-    in flight is written at once, after the held ones: one request at a time waits for nothing.
-    Held answers keep their order (an answer written at once first writes the held ones), and
-    a connection holds at most one (its next answer starts after this one is written), so the
-    list is bounded by the listener's connections.
-    """
-
-    __slots__ = ("_held", "answering")
-
-    def __init__(self) -> None:
-        self.answering = 0  # requests of the listener being answered now
-        self._held: list[tuple[asyncio.Transport, list[bytes | memoryview]]] = []
-
-    def send(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        transport: asyncio.Transport,
-        parts: list[bytes | memoryview],
-    ) -> None:
-        """Write ``parts`` now, or at the end of the pass if more answers are coming."""
-        if self.answering > 0:
-            if not self._held:
-                loop.call_soon(self.flush)
-            self._held.append((transport, parts))
-            return
-        if self._held:
-            self.flush()
-        _write(transport, parts)
-
-    def flush(self) -> None:
-        """Write every held answer (before anything else is written or a connection closes)."""
-        held, self._held = self._held, []
-        for transport, parts in held:
-            if not transport.is_closing():
-                _write(transport, parts)
-
-
-def _write(transport: asyncio.Transport, parts: list[bytes | memoryview]) -> None:
-    if len(parts) == 1:
-        transport.write(parts[0])
-    else:
-        transport.writelines(parts)
-
-
 @dataclass(slots=True)
 class Connections:
-    """The open connections of one listener, how many it accepts, and its answers held to the
-    end of the loop's pass."""
+    """The open connections of one listener, and how many it accepts."""
 
     limit: int = DEFAULT_MAX_CONNECTIONS  # 0: no limit
     open: int = 0
-    outbox: Outbox = field(default_factory=Outbox)
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,11 +190,8 @@ class HttpProtocol(asyncio.Protocol):
         self.idle_timeout = limits.idle_timeout
         self.max_header_bytes = limits.max_header_bytes
         self.max_header_fields = limits.max_header_fields
-        # (a connection of no listener, as in tests, has a listener of its own)
-        self.connections = connections if connections is not None else Connections(0)
-        self.outbox = self.connections.outbox
+        self.connections = connections
         self._counted = False
-        self._answering = False  # counted in the outbox's answering
         self.transport: asyncio.Transport | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._context = contextvars.Context()
@@ -327,9 +271,6 @@ class HttpProtocol(asyncio.Protocol):
         if self.task is not None:
             self.task.cancel()
             self.task = None
-        if self._answering:
-            self._answering = False
-            self.outbox.answering -= 1
         if self._counted and self.connections is not None:
             self.connections.open -= 1
             self._counted = False
@@ -377,7 +318,6 @@ class HttpProtocol(asyncio.Protocol):
             elif self._continue and self.task is None and not self.pending:
                 self._continue = False  # (else it is sent when the earlier answers are out)
                 if self.transport is not None:
-                    self.outbox.flush()
                     self.transport.write(_CONTINUE)
             # A request that did not arrive whole with this data gets a deadline for the rest;
             # one that did (nearly all) never needs a timer.
@@ -584,14 +524,11 @@ class HttpProtocol(asyncio.Protocol):
         elif self._continue and not self._in_head:  # (owed while earlier answers were due)
             self._continue = False
             if self.transport is not None:
-                self.outbox.flush()
                 self.transport.write(_CONTINUE)
 
     def _start(self, request: HttpRequest) -> None:
         """Answer ``request`` in a Task of its own, in a copy of the connection's context."""
         assert self._loop is not None
-        self._answering = True
-        self.outbox.answering += 1
         self.task = self._loop.create_task(self._answer(request), context=self._context.copy())
 
     async def _answer(self, request: HttpRequest) -> None:
@@ -603,21 +540,19 @@ class HttpProtocol(asyncio.Protocol):
             log.exception("unhandled error answering %s %s", request.method, request.path)
             response = HttpResponse.error(500, f"internal error: {exc}")
         self.task = None
-        if self._answering:
-            self._answering = False
-            self.outbox.answering -= 1
         transport = self.transport
         if transport is not None and not self.closed:
             last = self.done_reading and not self.pending and self._error is None
             keep_alive = request.keep_alive and not last
             parts = serialize(response, keep_alive, request.method == "HEAD", request.http10)
-            assert self._loop is not None
-            self.outbox.send(self._loop, transport, parts)
+            if len(parts) == 1:
+                transport.write(parts[0])
+            else:
+                transport.writelines(parts)
         self._next()
 
     def _finish(self) -> None:
         """Everything is answered and no request will follow: close, after the refusal if any."""
-        self.outbox.flush()  # (this connection's last answer may be held)
         error, self._error = self._error, None
         transport = self.transport
         if error is None or transport is None:
@@ -703,5 +638,4 @@ class HttpProtocol(asyncio.Protocol):
         self.closed = True
         self.pending.clear()
         if self.transport is not None:
-            self.outbox.flush()
             self.transport.close()
