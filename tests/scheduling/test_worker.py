@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from ptserve.backends.base import BackendInstance
+from ptserve.common.errors import ServerError, Status
 from ptserve.common.prepared import BatchResult, ExecutionTimes, OutputMap, PreparedRequest
 from ptserve.common.stats import ModelStats
 from ptserve.scheduling.default import DefaultScheduler
@@ -189,3 +190,101 @@ def test_a_failed_preparation_fails_the_start_and_stops_that_worker() -> None:
     assert not good.unloaded.is_set()
     pool.stop("probe", 5)  # the caller stops the rest
     assert good.unloaded.wait(5)
+
+
+class Ordered(Recorder):
+    """Records the ids of the requests it runs, in order, and on which thread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ran: list[tuple[str, int]] = []
+
+    def execute(self, batch: Sequence[PreparedRequest]) -> BatchResult:
+        self.ran.extend((request.id, threading.get_ident()) for request in batch)
+        return super().execute(batch)
+
+
+def named(request_id: str) -> PreparedRequest:
+    return PreparedRequest(request_id, {"IN": np.zeros(1, np.float32)}, 1, ("OUT",))
+
+
+def ordered_pool() -> tuple[WorkerPool, InstanceWorker, Ordered]:
+    stats = ModelStats()
+    scheduler = DefaultScheduler(stats)
+    instance = Ordered()
+    worker = InstanceWorker("probe", 0, instance, scheduler, stats, LIMIT_NS)
+    pool = WorkerPool(scheduler, [worker])
+    pool.start()
+    return pool, worker, instance
+
+
+def test_requests_after_an_inline_run_in_one_pass_run_back_to_back_in_the_next() -> None:
+    """The first request of a pass runs at once; those submitted after it in the same pass
+    wait for the next pass and then run one after another, in order, still on the loop."""
+    pool, _, instance = ordered_pool()
+
+    async def main() -> list[str]:
+        await run(pool)  # the first execution goes to the worker and measures the model
+        await asyncio.sleep(0.01)
+        instance.ran.clear()
+        loop = asyncio.get_running_loop()
+        items = [WorkItem(named(f"r{i}"), loop) for i in range(4)]
+        for item in items:  # one pass: nothing awaited in between
+            pool.submit(item)
+        assert [rid for rid, _ in instance.ran] == ["r0"]  # the rest wait for the next pass
+        await asyncio.gather(*(item.future for item in items))
+        return [rid for rid, _ in instance.ran]
+
+    assert finish(pool, main()) == ["r0", "r1", "r2", "r3"]
+    assert {thread for _, thread in instance.ran} == {threading.get_ident()}  # all inline
+
+
+def test_deferred_requests_queue_in_order_behind_a_busy_instance() -> None:
+    """When the instance is busy by the time the deferred requests run, they are queued for
+    its worker in their order, and none that is cancelled runs."""
+    pool, worker, instance = ordered_pool()
+
+    async def main() -> list[str]:
+        await run(pool)
+        await asyncio.sleep(0.01)
+        instance.ran.clear()
+        loop = asyncio.get_running_loop()
+        items = [WorkItem(named(f"r{i}"), loop) for i in range(4)]
+        for item in items:
+            pool.submit(item)
+        items[2].future.cancel()  # its client went away while it waited
+        with worker.claim:  # the instance is busy when the deferred ones come up
+            await asyncio.sleep(0)  # (the next pass: they are queued)
+            await asyncio.sleep(0.01)
+        await asyncio.gather(items[1].future, items[3].future)
+        return [rid for rid, _ in instance.ran]
+
+    assert finish(pool, main()) == ["r0", "r1", "r3"]
+    assert [thread for rid, thread in instance.ran if rid != "r0"] == [worker.thread.ident] * 2
+
+
+def test_deferred_requests_refused_by_an_unloading_version_get_the_error() -> None:
+    pool, worker, _ = ordered_pool()
+
+    async def main() -> str:
+        await run(pool)
+        await asyncio.sleep(0.01)
+        loop = asyncio.get_running_loop()
+        first, second = WorkItem(named("a"), loop), WorkItem(named("b"), loop)
+        pool.submit(first)
+        pool.submit(second)
+        with worker.claim:  # busy: the deferred one must be queued, and the queue is closed
+            pool.scheduler.close(0)
+            pool.scheduler.enqueue = _refuse  # type: ignore[method-assign]
+            await asyncio.sleep(0)
+            await asyncio.sleep(0.01)
+        with pytest.raises(ServerError) as failed:
+            await second.future
+        return failed.value.message
+
+    assert finish(pool, main()) == "the model is unloading"
+    assert pool.scheduler.stats.inference["fail"].count == 1
+
+
+def _refuse(item: WorkItem) -> None:
+    raise ServerError(Status.UNAVAILABLE, "the model is unloading")

@@ -262,24 +262,64 @@ class _Outcome:
 
 class WorkerPool:
     """The workers of one model version around their scheduler: requests enter through
-    ``submit`` and the workers take them out."""
+    ``submit`` and the workers take them out.
+
+    Inline runs of one event-loop pass go back to back: once a request has run inline, the
+    requests submitted after it in the same pass wait in ``_deferred`` and run together at the
+    start of the next pass (in order, inline while an instance takes them, else queued), so
+    their answers then leave together too. Answers written one at a time between executions
+    each wake their client's reader, which on a virtual machine costs about as much as a small
+    model's forward; one request at a time runs at once as before.
+    """
 
     def __init__(self, scheduler: Scheduler, workers: Sequence[InstanceWorker]) -> None:
         self.scheduler = scheduler
         self.workers = list(workers)
         self._inline = [worker for worker in self.workers if worker.inline_ns]
+        self._deferred: list[WorkItem] | None = None  # None: no inline run in this pass yet
 
     def submit(self, item: WorkItem) -> None:
         """Run the request inline when a worker takes it (see the module), else queue it."""
-        if (
-            self._inline
-            and self.scheduler.idle()
-            and not any(worker.holding for worker in self.workers)
-        ):
+        deferred = self._deferred
+        if deferred is not None:  # behind this pass's inline run: after it, in order
+            deferred.append(item)
+            return
+        if self._inline and self._may_run_inline():
             for worker in self._inline:
                 if worker.run_inline(item):
+                    self._deferred = []
+                    item.loop.call_soon(self._run_deferred)
                     return
         self.scheduler.enqueue(item)
+
+    def _may_run_inline(self) -> bool:
+        """Nothing queued or taken from the queue that an inline run would overtake."""
+        return self.scheduler.idle() and not any(worker.holding for worker in self.workers)
+
+    def _run_deferred(self) -> None:
+        """The requests deferred behind the last pass's inline run, back to back."""
+        items, self._deferred = self._deferred or [], None
+        queueing = False  # once one is queued the rest follow it, in order
+        for item in items:
+            if item.cancelled:
+                continue  # (counted by whoever awaited it)
+            try:
+                if (
+                    not queueing
+                    and self._may_run_inline()
+                    and any(worker.run_inline(item) for worker in self._inline)
+                ):
+                    continue
+                queueing = True
+                self.scheduler.enqueue(item)
+            except ServerError as exc:  # the version is unloading: refused, as at submit
+                self.scheduler.stats.record_failure(
+                    time.perf_counter_ns() - item.arrival_ns, "REJECTED"
+                )
+                item.complete(exc)
+            except Exception as exc:  # a bug here must not leave the rest unanswered
+                log.exception("running deferred inline requests failed")
+                item.complete(internal(f"running the request failed: {exc}"))
 
     def start(self) -> None:
         """Start every worker and wait until each has prepared; raise the first failure
