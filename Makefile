@@ -16,15 +16,40 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 # torch first, pinned, so the CPU build on this machine's disk is used instead of a CUDA download.
-$(VENV)/.installed: $(BIN)/python pyproject.toml
+# The editable install itself compiles nothing; $(VENV)/.native below does, in place.
+$(VENV)/.installed: $(BIN)/python pyproject.toml setup.py
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet $(BUILD_TOOLS)
+	PTSERVE_PURE_PYTHON=1 $(BIN)/pip install --quiet --no-build-isolation -e .
 	touch $@
 
-install: $(VENV)/.installed
+# The request path compiled to C (pyproject.toml's [tool.ptserve] native-modules, see setup.py) as extension modules beside their
+# sources, which Python imports in their place: rebuilt whenever one of their sources changes, so
+# that a stale module never shadows an edit (tests/conftest.py refuses to run against one).
+# PURE=1 removes them and serves the same code interpreted.
+BUILD_TOOLS := 'setuptools>=77' wheel 'mypy>=1.15'
+NATIVE_SOURCES := $(shell $(PYTHON) -c 'import tomllib; print(*("src/" + m.replace(".", "/") + ".py" for m in tomllib.load(open("pyproject.toml", "rb"))["tool"]["ptserve"]["native-modules"]))')
+PURE ?=
+ifeq ($(PURE),1)
+export PTSERVE_PURE_PYTHON := 1
+$(VENV)/.native: $(VENV)/.installed FORCE
+	find src -name '*.so' -delete
+	rm -f $@
+else
+$(VENV)/.native: $(VENV)/.installed $(NATIVE_SOURCES)
+	$(BIN)/python setup.py --quiet build_ext --inplace --parallel 2
+	@# An unchanged module's C code is not rebuilt: the build has checked it against its source.
+	find src -name '*.so' -exec touch {} +
+	touch $@
+endif
+
+.PHONY: FORCE
+FORCE:
+
+install: $(VENV)/.installed $(VENV)/.native
 
 $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
-	$(BIN)/pip install --quiet -e '.[test]'
+	PTSERVE_PURE_PYTHON=1 $(BIN)/pip install --quiet --no-build-isolation -e '.[test]'
 	touch $@
 
 # The Node client of tests/interop (@grpc/grpc-js), pinned by its package-lock.json; skipped
@@ -50,7 +75,7 @@ system-tools:
 		echo "installing$$missing"; apt-get update -q && $(APT_INSTALL) $$missing; \
 	fi
 
-install-test: $(VENV)/.installed-test $(GRPC_JS_STAMP) system-tools
+install-test: install $(VENV)/.installed-test $(GRPC_JS_STAMP) system-tools
 
 $(REPO)/.built: install
 	$(BIN)/python -m ptserve.examples $(REPO)
@@ -109,3 +134,4 @@ test-image: image install-test
 
 clean:
 	rm -rf $(VENV) $(REPO) build *.egg-info $(GRPC_JS)/node_modules
+	find src -name "*.so" -delete

@@ -31,6 +31,7 @@ import csv
 import io
 import os
 import re
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -219,6 +220,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads, both sides")
     parser.add_argument("--builtin", action="store_true", help="do not use perf_analyzer")
     parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=ARGS",
+        help="also measure a ptserve started with these extra arguments, in the same rounds "
+        "(e.g. 'no-poll=--idle-poll-us=0'); repeatable",
+    )
+    parser.add_argument(
         "--trace",
         action="store_true",
         help="also measure ptserve with every request traced (OpenTelemetry), and the cost",
@@ -255,6 +264,10 @@ def main(argv: list[str] | None = None) -> None:
         if "grpc-aio" in args.protocols:
             aio = stack.enter_context(Pinned([repository], "0", ["--grpc-transport=aio"]))
             targets.append(("ptserve", "grpc-aio", aio))
+        for variant in args.variant:
+            name, _, extra = variant.partition("=")
+            started = stack.enter_context(Pinned([repository], "0", shlex.split(extra)))
+            targets += [(name, p, started) for p in args.protocols if p != "grpc-aio"]
         receiver: Any = None
         if args.trace:
             # The receiver needs the optional OpenTelemetry packages (ptserve[otel]).

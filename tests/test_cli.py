@@ -11,6 +11,7 @@ import pytest
 import torch
 import tritonclient.http as httpclient
 
+from ptserve.cli import main
 from ptserve.examples import SIMPLE_CONFIG, AddSub, write_model
 from tests.frontends.http.rawhttp import error_of, request
 from tests.serverproc import ServerProcess
@@ -207,3 +208,11 @@ def test_trace_config_flags(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         parser.parse_args([*repository, "--log-format", "yaml"])
     assert "'default', 'ISO8601', 'json'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["-1", "10001", "soon"])
+def test_idle_poll_out_of_range_is_refused(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--model-repository", "/nonexistent", "--idle-poll-us", value])
+    assert exited.value.code == 2
+    assert "--idle-poll-us" in capsys.readouterr().err

@@ -65,6 +65,40 @@ def test_json_line_fields() -> None:
     assert not {"model", "model_version", "request_id", "request_ids"} & set(entry)
 
 
+class _Capture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("/x/ptserve/scheduling/worker.cpython-311-x86_64-linux-gnu.so", r"worker\.py:0"),
+        (__file__, r"test_logging_setup\.py:\d+"),
+    ],
+)
+def test_a_module_logger_names_its_file_compiled_or_not(source: str, expected: str) -> None:
+    """A compiled module has no frames: its lines name its file (line 0), not the caller's."""
+    capture = _Capture()
+    logger = logging.getLogger("ptserve.test.source")
+    logger.addHandler(capture)
+    try:
+        log = logging_setup.module_logger("ptserve.test.source", source)
+        log.warning("batch failed", extra=request_fields("m", "1", ["a", "b"]))
+    finally:
+        logger.removeHandler(capture)
+    (made,) = capture.records
+    entry = json.loads(TritonFormatter("json").format(made))
+    assert re.fullmatch(expected, entry["file"]), entry["file"]
+    assert entry["request_ids"] == ["a", "b"]  # the call's own extra is kept
+    line = TritonFormatter("default").format(made)
+    assert re.search(expected + r"\] batch failed$", line), line
+
+
 def test_json_line_names_the_request_of_its_context() -> None:
     token = REQUEST.set(RequestFields("simple", "3", "req-7"))
     try:

@@ -1,14 +1,15 @@
-"""The running loop, cached per thread."""
+"""The running loop, cached per thread; polling before the loop sleeps."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 import uvloop
 
-from ptserve.common.loops import running_loop
+from ptserve.common.loops import IdlePoll, running_loop
 
 
 def test_outside_a_loop_it_raises_as_asyncio_does() -> None:
@@ -81,3 +82,73 @@ def test_a_loop_moved_to_another_thread_is_not_answered_to_its_first_thread() ->
 
 async def _found() -> asyncio.AbstractEventLoop:
     return running_loop()
+
+
+def test_after_settling_the_loop_polls_until_the_window_ends() -> None:
+    polls = 0
+
+    def busy() -> bool:
+        nonlocal polls
+        polls += 1
+        return False
+
+    async def main() -> tuple[int, int, bool]:
+        poll = IdlePoll(40_000_000, busy)  # 40 ms
+        poll.settle()
+        assert poll.polling
+        await asyncio.sleep(0.02)  # the loop does not sleep 20 ms: it polls all along
+        during = polls
+        await asyncio.sleep(0.06)
+        after = polls
+        await asyncio.sleep(0.02)
+        return during, after - polls, poll.polling
+
+    during, since_the_end, polling = uvloop.run(main())
+    assert during > 20  # one poll per pass of the loop: many within 20 ms
+    assert since_the_end == 0 and not polling
+
+
+def test_a_request_in_flight_stops_the_polling() -> None:
+    async def main() -> bool:
+        poll = IdlePoll(1_000_000_000, lambda: True)
+        poll.settle()
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        return poll.polling
+
+    assert uvloop.run(main()) is False
+
+
+def test_settling_again_extends_the_window_without_a_second_poller() -> None:
+    polls = 0
+
+    def busy() -> bool:
+        nonlocal polls
+        polls += 1
+        return False
+
+    async def main() -> tuple[bool, float]:
+        poll = IdlePoll(30_000_000, busy)
+        poll.settle()
+        await asyncio.sleep(0.02)
+        poll.settle()  # 30 ms from now
+        before = polls
+        await asyncio.sleep(0)
+        one_pass = polls - before
+        start = time.monotonic()
+        while poll.polling:
+            await asyncio.sleep(0.001)
+        return one_pass == 1, time.monotonic() - start
+
+    single, remaining = uvloop.run(main())
+    assert single
+    assert 0.02 < remaining < 1.0
+
+
+def test_a_window_of_zero_never_polls() -> None:
+    async def main() -> bool:
+        poll = IdlePoll(0, lambda: False)
+        poll.settle()
+        return poll.polling
+
+    assert uvloop.run(main()) is False

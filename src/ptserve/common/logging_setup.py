@@ -14,9 +14,10 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -42,6 +43,37 @@ class RequestFields:
 # The request the current asyncio Task (or thread) is working for; None outside requests.
 REQUEST: ContextVar[RequestFields | None] = ContextVar("ptserve_request", default=None)
 _EXTRA_KEY = "ptserve_request"
+_SOURCE_KEY = "ptserve_source"
+
+
+class SourceLogger(logging.LoggerAdapter[logging.Logger]):
+    """The logger of a module compiled to C (see setup.py): its functions have no Python frames,
+    so ``logging`` would name the nearest interpreted caller (``threading.py``) as the line's
+    origin. Each record carries the module's file name instead; its line is given as 0."""
+
+    def __init__(self, name: str, source_file: str) -> None:
+        compiled = not source_file.endswith(".py")
+        stem = os.path.basename(source_file).split(".", 1)[0]
+        super().__init__(logging.getLogger(name), {_SOURCE_KEY: stem} if compiled else {})
+
+    def process(self, msg: object, kwargs: MutableMapping[str, Any]) -> tuple[object, Any]:
+        if self.extra:
+            kwargs["extra"] = {**self.extra, **(kwargs.get("extra") or {})}
+        return msg, kwargs
+
+
+def module_logger(name: str, source_file: str) -> SourceLogger:
+    """``module_logger("ptserve.scheduling", __file__)``: a logger named ``name`` whose lines
+    name ``source_file`` as their origin, compiled or not."""
+    return SourceLogger(name, source_file)
+
+
+def _origin(record: logging.LogRecord) -> tuple[str, int]:
+    """The module (without ``.py``) and line a record came from."""
+    source = getattr(record, _SOURCE_KEY, None)
+    if isinstance(source, str):
+        return source, 0
+    return record.module, record.lineno
 
 
 def request_fields(model: str, version: str, ids: Sequence[str]) -> dict[str, RequestFields]:
@@ -77,12 +109,13 @@ class TritonFormatter(logging.Formatter):
         letter = _LEVEL_LETTER.get(record.levelno, "I")
         seconds = record.created
         micros = int((seconds - int(seconds)) * 1_000_000)
+        module, line = _origin(record)
         if self.log_format == "ISO8601":
             stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
-            prefix = f"{stamp} {letter} {self.pid} {record.module}.py:{record.lineno}]"
+            prefix = f"{stamp} {letter} {self.pid} {module}.py:{line}]"
         else:
             stamp = time.strftime("%m%d %H:%M:%S", time.localtime(seconds))
-            prefix = f"{letter}{stamp}.{micros:06d} {self.pid} {record.module}.py:{record.lineno}]"
+            prefix = f"{letter}{stamp}.{micros:06d} {self.pid} {module}.py:{line}]"
         message = record.getMessage()
         if record.exc_info:
             message += "\n" + self.formatException(record.exc_info)
@@ -101,7 +134,7 @@ class TritonFormatter(logging.Formatter):
             "time": f"{stamp}.{micros:06d}Z",
             "level": _LEVEL_NAME.get(record.levelno, record.levelname),
             "logger": record.name,
-            "file": f"{record.filename}:{record.lineno}",
+            "file": "{}.py:{}".format(*_origin(record)),
             "pid": self.pid,
             "thread": record.threadName,
             "message": record.getMessage(),

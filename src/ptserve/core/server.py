@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +12,7 @@ from ptserve.backends.base import Backend
 from ptserve.backends.pytorch.backend import PyTorchBackend
 from ptserve.common import logging_setup
 from ptserve.common.errors import ServerError, Status, invalid_arg, unavailable
-from ptserve.common.loops import running_loop
+from ptserve.common.loops import IdlePoll, running_loop
 from ptserve.common.requests import InferRequest, InferResponse
 from ptserve.common.version import __version__
 from ptserve.config.render import config_to_dict
@@ -29,7 +28,7 @@ from ptserve.repository import RepositoryOptions
 from ptserve.scheduling.params import request_options
 from ptserve.scheduling.work import WorkItem
 
-log = logging.getLogger("ptserve.server")
+log = logging_setup.module_logger("ptserve.server", __file__)
 
 # The live log settings: whether requests get ids and a log context (see ``infer``).
 _LOG = logging_setup.settings()
@@ -64,6 +63,7 @@ class ServerOptions:
     model_control_mode: str = "none"
     load_models: list[str] = field(default_factory=list)
     repository_poll_secs: float = 15.0
+    idle_poll_us: int = 0  # see common.loops.IdlePoll (the CLI's default: DEFAULT_IDLE_POLL_US)
     repository_options: RepositoryOptions = field(default_factory=RepositoryOptions)
 
 
@@ -99,6 +99,7 @@ class InferenceServer:
             options.repository_options,
         )
         self.active_requests = 0  # inference requests between arrival and answer
+        self.idle_poll = IdlePoll(options.idle_poll_us * 1000, self._busy)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -345,6 +346,8 @@ class InferenceServer:
             raise
         finally:
             self.active_requests -= 1
+            if not self.active_requests:
+                self.idle_poll.settle()
             if trace is not None:
                 trace.mark("REQUEST_END")
                 self.tracer.end(trace)
@@ -385,6 +388,9 @@ class InferenceServer:
         if generated:
             response.id = ""
         return response
+
+    def _busy(self) -> bool:
+        return self.active_requests > 0
 
     def _acquire(self, request: InferRequest) -> ModelVersion:
         """The version to run on, counted in so that a reload waits for this request."""

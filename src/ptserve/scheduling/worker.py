@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from ptserve.common import logging_setup
 from ptserve.common.errors import ServerError, Status, internal
 from ptserve.common.logging_setup import RequestFields, request_fields
 from ptserve.common.prepared import BatchResult, ExecutionTimes, OutputMap, PreparedRequest
@@ -29,7 +30,7 @@ from ptserve.scheduling.base import Scheduler
 from ptserve.scheduling.watchdog import Execution, Watchdog
 from ptserve.scheduling.work import Batch, WorkItem
 
-log = logging.getLogger("ptserve.scheduling")
+log = logging_setup.module_logger("ptserve.scheduling", __file__)
 
 _UNKNOWN_NS = float("inf")  # no execution measured yet
 
@@ -275,7 +276,7 @@ class WorkerPool:
     def __init__(self, scheduler: Scheduler, workers: Sequence[InstanceWorker]) -> None:
         self.scheduler = scheduler
         self.workers = list(workers)
-        self._inline = [worker for worker in self.workers if worker.inline_ns]
+        self._inline_workers = [worker for worker in self.workers if worker.inline_ns]
         self._deferred: list[WorkItem] | None = None  # None: no inline run in this pass yet
 
     def submit(self, item: WorkItem) -> None:
@@ -284,8 +285,8 @@ class WorkerPool:
         if deferred is not None:  # behind this pass's inline run: after it, in order
             deferred.append(item)
             return
-        if self._inline and self._may_run_inline():
-            for worker in self._inline:
+        if self._inline_workers and self._may_run_inline():
+            for worker in self._inline_workers:
                 if worker.run_inline(item):
                     self._deferred = []
                     item.loop.call_soon(self._run_deferred)
@@ -307,7 +308,7 @@ class WorkerPool:
                 if (
                     not queueing
                     and self._may_run_inline()
-                    and any(worker.run_inline(item) for worker in self._inline)
+                    and any(worker.run_inline(item) for worker in self._inline_workers)
                 ):
                     continue
                 queueing = True

@@ -16,7 +16,6 @@ import asyncio
 import collections
 import contextlib
 import contextvars
-import logging
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -26,7 +25,9 @@ from typing import cast
 import httptools
 import orjson
 
-log = logging.getLogger("ptserve.http")
+from ptserve.common import logging_setup
+
+log = logging_setup.module_logger("ptserve.http", __file__)
 
 # Parsed requests waiting for their answer, and their bodies' bytes: reading pauses beyond these.
 _PIPELINE_LIMIT = 32

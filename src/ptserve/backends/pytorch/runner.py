@@ -12,7 +12,6 @@ waits for the caller's stream to have produced them.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -29,12 +28,13 @@ from ptserve.backends.pytorch.convert import TorchArray, as_tensor, to_strings, 
 from ptserve.backends.pytorch.devices import Placement, clean_cache, stream_scope
 from ptserve.backends.pytorch.outputs import OutputPlan
 from ptserve.backends.pytorch.settings import POOLS, Settings
+from ptserve.common import logging_setup
 from ptserve.common.device import Data, to_host
 from ptserve.common.errors import ServerError, internal, invalid_arg
 from ptserve.common.iospec import BatchInputSpec, IOSpec, ModelIO
 from ptserve.common.prepared import BatchResult, ExecutionTimes, OutputMap, PreparedRequest
 
-log = logging.getLogger("ptserve.backends.pytorch")
+log = logging_setup.module_logger("ptserve.backends.pytorch", __file__)
 
 ModelCall = Callable[..., Any]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +18,10 @@ from ptserve.backends.pytorch.runner import (
     first_line,
 )
 from ptserve.backends.pytorch.settings import POOLS, Settings
+from ptserve.common import logging_setup
 from ptserve.common.errors import invalid_arg
 
-log = logging.getLogger("ptserve.backends.pytorch")
+log = logging_setup.module_logger("ptserve.backends.pytorch", __file__)
 
 
 class TorchScriptInstance(TorchInstance):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -10,6 +9,7 @@ from urllib.parse import unquote
 
 import orjson
 
+from ptserve.common import logging_setup
 from ptserve.common.errors import ServerError, invalid_arg, not_found, unsupported
 from ptserve.common.requests import InferResponse
 from ptserve.core.server import InferenceServer
@@ -22,7 +22,7 @@ from ptserve.frontends.repository_api import load_parameters, unload_dependents
 from ptserve.frontends.restrictions import Restrictions
 from ptserve.transports.http1 import HttpRequest, HttpResponse
 
-log = logging.getLogger("ptserve.http")
+log = logging_setup.module_logger("ptserve.http", __file__)
 
 Route = Callable[[HttpRequest, dict[str, str]], Awaitable[HttpResponse]]
 
