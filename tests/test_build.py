@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import os
 import tomllib
@@ -38,3 +39,24 @@ def test_the_request_path_is_compiled() -> None:
         f"interpreted, not compiled: {interpreted} (run `make install`, or set "
         "PTSERVE_PURE_PYTHON=1 to test the interpreted build)"
     )
+
+
+def test_no_compiled_function_binds_one_name_to_exceptions_of_different_types() -> None:
+    """mypyc gives a name one type per function: ``except A as exc`` followed by ``except B as
+    exc`` makes the second clause raise TypeError instead of handling B (mypy accepts it)."""
+    clashes = []
+    for name in native_modules():
+        path = ROOT / "src" / (name.replace(".", "/") + ".py")
+        for function in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            bound: dict[str, set[str]] = {}
+            for node in ast.walk(function):
+                if isinstance(node, ast.ExceptHandler) and node.name and node.type:
+                    bound.setdefault(node.name, set()).add(ast.unparse(node.type))
+            clashes += [
+                f"{name}.{function.name}: {var} {sorted(types)}"
+                for var, types in bound.items()
+                if len(types) > 1
+            ]
+    assert not clashes

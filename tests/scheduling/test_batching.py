@@ -3,12 +3,15 @@ batches: the largest preferred size that can be reached goes at once, the delay 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Hashable
 from dataclasses import dataclass
 
 from ptserve.scheduling.batching import BatchRule
+from ptserve.scheduling.work import WorkItem
 
 MS = 1_000_000
+_LOOP = asyncio.new_event_loop()  # the items' futures are never awaited
 
 
 @dataclass
@@ -16,19 +19,17 @@ class _Request:
     batch_size: int
 
 
-@dataclass
-class _Item:
-    request: _Request
-    enqueue_ns: int
-    key: Hashable = "same"
+def queue(*sizes: int, at_ns: int = 0, key: Hashable = "same") -> list[WorkItem]:
+    items = []
+    for size in sizes:
+        item = WorkItem(_Request(size), _LOOP)  # type: ignore[arg-type]
+        item.enqueue_ns, item.key = at_ns, key
+        items.append(item)
+    return items
 
 
-def queue(*sizes: int, at_ns: int = 0, key: Hashable = "same") -> list[_Item]:
-    return [_Item(_Request(size), at_ns, key) for size in sizes]
-
-
-def sizes(rule: BatchRule, items: list[_Item], now_ns: int = 1 * MS) -> tuple[list[int], int]:
-    chosen, wait = rule.choose(items, now_ns)  # type: ignore[arg-type]
+def sizes(rule: BatchRule, items: list[WorkItem], now_ns: int = 1 * MS) -> tuple[list[int], int]:
+    chosen, wait = rule.choose(items, now_ns)
     return [item.request.batch_size for item in chosen], wait
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ptserve.backends.base import BackendInstance
-from ptserve.common.errors import ServerError, Status
+from ptserve.common.errors import ServerError
 from ptserve.common.prepared import BatchResult, ExecutionTimes, OutputMap, PreparedRequest
 from ptserve.common.stats import ModelStats
 from ptserve.scheduling.default import DefaultScheduler
@@ -274,17 +274,12 @@ def test_deferred_requests_refused_by_an_unloading_version_get_the_error() -> No
         pool.submit(first)
         pool.submit(second)
         with worker.claim:  # busy: the deferred one must be queued, and the queue is closed
-            pool.scheduler.close(0)
-            pool.scheduler.enqueue = _refuse  # type: ignore[method-assign]
+            pool.scheduler.close(0)  # a closed queue refuses
             await asyncio.sleep(0)
             await asyncio.sleep(0.01)
         with pytest.raises(ServerError) as failed:
             await second.future
         return failed.value.message
 
-    assert finish(pool, main()) == "the model is unloading"
+    assert finish(pool, main()) == "the model is unloading and accepts no new requests"
     assert pool.scheduler.stats.inference["fail"].count == 1
-
-
-def _refuse(item: WorkItem) -> None:
-    raise ServerError(Status.UNAVAILABLE, "the model is unloading")

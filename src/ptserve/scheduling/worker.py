@@ -318,9 +318,9 @@ class WorkerPool:
                     time.perf_counter_ns() - item.arrival_ns, "REJECTED"
                 )
                 item.complete(exc)
-            except Exception as exc:  # a bug here must not leave the rest unanswered
+            except Exception as bug:  # a bug here must not leave the rest unanswered
                 log.exception("running deferred inline requests failed")
-                item.complete(internal(f"running the request failed: {exc}"))
+                item.complete(internal(f"running the request failed: {bug}"))
 
     def start(self) -> None:
         """Start every worker and wait until each has prepared; raise the first failure

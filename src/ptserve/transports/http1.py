@@ -341,11 +341,11 @@ class HttpProtocol(asyncio.Protocol):
     def _feed(self, data: bytes) -> None:
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade as exc:
-            self._upgraded(data, int(exc.args[0]))
-        except httptools.HttpParserError as exc:
+        except httptools.HttpParserUpgrade as upgrade:
+            self._upgraded(data, int(upgrade.args[0]))
+        except httptools.HttpParserError as malformed:
             if not self.done_reading:  # (else a callback refused the request: _Refused)
-                self._fail(400, f"malformed HTTP request: {exc}")
+                self._fail(400, f"malformed HTTP request: {malformed}")
 
     def _upgraded(self, data: bytes, offset: int) -> None:
         """The parser stopped after the head of a request asking for another protocol (its body

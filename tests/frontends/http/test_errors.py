@@ -107,6 +107,14 @@ def test_valid_body_works(http_server: ServerProcess) -> None:
             "invalid datatype 'INT33'",
         ),
         (
+            [{"name": "INPUT0", "shape": [1, 16], "datatype": 3, "data": [1] * 16}],
+            "invalid datatype '3'",
+        ),
+        (
+            [{"name": "INPUT0", "shape": [1, 16], "datatype": ["INT32"], "data": [1] * 16}],
+            "invalid datatype '['INT32']'",
+        ),
+        (
             [
                 {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16},
                 {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16},

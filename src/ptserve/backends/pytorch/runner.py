@@ -136,11 +136,11 @@ class TorchInstance(BackendInstance):
             for i, outputs in zip(indices, split, strict=True):
                 results[i] = outputs
             times.compute_output_ns += time.perf_counter_ns() - output_start
-        except ServerError as exc:
+        except ServerError as failure:
             for i in indices:
-                results[i] = exc
-        except Exception as exc:  # CUDA errors may surface while reading results back
-            error = internal(f"PyTorch execute failure: {_describe(exc)}")
+                results[i] = failure
+        except Exception as late:  # CUDA errors may surface while reading results back
+            error = internal(f"PyTorch execute failure: {_describe(late)}")
             for i in indices:
                 results[i] = error
         finally:

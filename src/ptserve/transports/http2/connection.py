@@ -286,9 +286,9 @@ class Connection(asyncio.Protocol):
             self._frames(data)
         except (ConnectionError_, HeaderError) as exc:
             self._fail(exc.code, exc.message)
-        except Exception as exc:  # a bug of ours: this connection ends, the server goes on
+        except Exception as bug:  # a bug of ours: this connection ends, the server goes on
             log.exception("gRPC connection from %s failed", self._peer or "?")
-            self._fail(frames.INTERNAL_ERROR, f"internal error: {exc!r}")
+            self._fail(frames.INTERNAL_ERROR, f"internal error: {bug!r}")
         finally:
             self._receiving = False
             self._flush()

@@ -195,12 +195,12 @@ class HeaderDecoder:
         """Raises HeaderError."""
         try:
             fields = cast(list[tuple[bytes, bytes]], self._decoder.decode(block, raw=True))
-        except hpack.OversizedHeaderListError as exc:
-            raise HeaderError(ENHANCE_YOUR_CALM, f"header list too large: {exc}") from None
-        except hpack.HPACKError as exc:
-            raise HeaderError(COMPRESSION_ERROR, f"bad header block: {exc}") from None
-        except (IndexError, ValueError, UnicodeDecodeError) as exc:
-            raise HeaderError(COMPRESSION_ERROR, f"bad header block: {exc!r}") from None
+        except hpack.OversizedHeaderListError as oversized:
+            raise HeaderError(ENHANCE_YOUR_CALM, f"header list too large: {oversized}") from None
+        except hpack.HPACKError as bad:
+            raise HeaderError(COMPRESSION_ERROR, f"bad header block: {bad}") from None
+        except (IndexError, ValueError, UnicodeDecodeError) as broken:
+            raise HeaderError(COMPRESSION_ERROR, f"bad header block: {broken!r}") from None
         if changes_table(block):
             self._seen = Memo(_SEEN_LIMIT)
         return fields
