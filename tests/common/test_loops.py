@@ -84,24 +84,31 @@ async def _found() -> asyncio.AbstractEventLoop:
     return running_loop()
 
 
-def test_after_settling_the_loop_polls_until_the_window_ends() -> None:
-    polls = 0
+class _NeverBusy:
+    """``IdlePoll``'s ``busy``: no request is ever in flight; counts how often it is asked
+    (once per poll, i.e. per pass of the loop)."""
 
-    def busy() -> bool:
-        nonlocal polls
-        polls += 1
+    def __init__(self) -> None:
+        self.polls = 0
+
+    def __call__(self) -> bool:
+        self.polls += 1
         return False
 
+
+def test_after_settling_the_loop_polls_until_the_window_ends() -> None:
+    idle = _NeverBusy()
+
     async def main() -> tuple[int, int, bool]:
-        poll = IdlePoll(40_000_000, busy)  # 40 ms
+        poll = IdlePoll(40_000_000, idle)  # 40 ms
         poll.settle()
         assert poll.polling
         await asyncio.sleep(0.02)  # the loop does not sleep 20 ms: it polls all along
-        during = polls
+        during = idle.polls
         await asyncio.sleep(0.06)
-        after = polls
+        after = idle.polls
         await asyncio.sleep(0.02)
-        return during, after - polls, poll.polling
+        return during, idle.polls - after, poll.polling
 
     during, since_the_end, polling = uvloop.run(main())
     assert during > 20  # one poll per pass of the loop: many within 20 ms
@@ -120,21 +127,16 @@ def test_a_request_in_flight_stops_the_polling() -> None:
 
 
 def test_settling_again_extends_the_window_without_a_second_poller() -> None:
-    polls = 0
-
-    def busy() -> bool:
-        nonlocal polls
-        polls += 1
-        return False
+    idle = _NeverBusy()
 
     async def main() -> tuple[bool, float]:
-        poll = IdlePoll(30_000_000, busy)
+        poll = IdlePoll(30_000_000, idle)
         poll.settle()
         await asyncio.sleep(0.02)
         poll.settle()  # 30 ms from now
-        before = polls
+        before = idle.polls
         await asyncio.sleep(0)
-        one_pass = polls - before
+        one_pass = idle.polls - before
         start = time.monotonic()
         while poll.polling:
             await asyncio.sleep(0.001)
