@@ -27,7 +27,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml setup.py
 # sources, which Python imports in their place: rebuilt whenever one of their sources changes, so
 # that a stale module never shadows an edit (tests/conftest.py refuses to run against one).
 # PURE=1 removes them and serves the same code interpreted.
-BUILD_TOOLS := 'setuptools>=77' wheel 'mypy>=1.15'
+BUILD_TOOLS := 'setuptools>=77' wheel 'mypy>=1.15' 'types-protobuf>=5'
 NATIVE_SOURCES := $(shell $(PYTHON) -c 'import tomllib; print(*("src/" + m.replace(".", "/") + ".py" for m in tomllib.load(open("pyproject.toml", "rb"))["tool"]["ptserve"]["native-modules"]))')
 PURE ?=
 ifeq ($(PURE),1)
