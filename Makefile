@@ -23,9 +23,9 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml setup.py
 	PTSERVE_PURE_PYTHON=1 $(BIN)/pip install --quiet --no-build-isolation -e .
 	touch $@
 
-# The request path compiled to C (pyproject.toml's [tool.ptserve] native-modules, see setup.py) as extension modules beside their
-# sources, which Python imports in their place: rebuilt whenever one of their sources changes, so
-# that a stale module never shadows an edit (tests/conftest.py refuses to run against one).
+# The request path compiled to C (pyproject.toml's [tool.ptserve] native-modules, see setup.py)
+# as extension modules beside their sources, which Python imports in their place: rebuilt whenever
+# one of their sources changes, so that a stale module never shadows an edit (tests/conftest.py refuses to run against one).
 # PURE=1 removes them and serves the same code interpreted.
 BUILD_TOOLS := 'setuptools>=77' wheel 'mypy>=1.15' 'types-protobuf>=5'
 NATIVE_SOURCES := $(shell $(PYTHON) -c 'import tomllib; print(*("src/" + m.replace(".", "/") + ".py" for m in tomllib.load(open("pyproject.toml", "rb"))["tool"]["ptserve"]["native-modules"]))')

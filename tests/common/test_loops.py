@@ -154,3 +154,19 @@ def test_a_window_of_zero_never_polls() -> None:
         return poll.polling
 
     assert uvloop.run(main()) is False
+
+
+def test_a_loop_that_stopped_while_polling_leaves_no_poller_behind() -> None:
+    """An embedded server stopped mid-window and run again on a new loop polls there."""
+    idle = _NeverBusy()
+    poll = IdlePoll(1_000_000_000, idle)
+
+    async def settle_and_wait(seconds: float) -> bool:
+        poll.settle()
+        await asyncio.sleep(seconds)
+        return poll.polling
+
+    assert uvloop.run(settle_and_wait(0))  # the loop ends while polling: its callback is dropped
+    before = idle.polls
+    assert uvloop.run(settle_and_wait(0.005))
+    assert idle.polls - before > 3  # the second loop polled all along

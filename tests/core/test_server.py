@@ -32,7 +32,7 @@ def test_the_loop_polls_after_the_last_answer(tmp_path: Path) -> None:
         seen.append(server.idle_poll.polling)  # answered: polling for up to 200 ms
         while server.idle_poll.polling:
             await asyncio.sleep(0.01)
-        # Two at once (the first answer leaves one in flight): polling after the second.
+        # Two at once: polling once both are answered.
         results = await asyncio.gather(
             server.infer(simple_request()), server.infer(simple_request())
         )

@@ -66,14 +66,17 @@ class IdlePoll:
         if self.window_ns <= 0:
             return
         self._deadline = time.perf_counter_ns() + self.window_ns
-        if not self._polling:
+        loop = running_loop()
+        if not self._polling or loop is not self._loop:  # (a loop that stopped mid-window)
             self._polling = True
-            self._loop = running_loop()
-            self._loop.call_soon(self._poll)
+            self._loop = loop
+            loop.call_soon(self._poll)
 
     def _poll(self) -> None:
-        loop = self._loop
-        if loop is None or self._busy() or time.perf_counter_ns() >= self._deadline:
+        loop = running_loop()
+        if loop is not self._loop:  # a poller left behind on a loop that stopped
+            return
+        if self._busy() or time.perf_counter_ns() >= self._deadline:
             self._polling = False
             return
         loop.call_soon(self._poll)
