@@ -25,7 +25,11 @@ def native_extensions() -> list[Extension]:
     with open(ROOT / "pyproject.toml", "rb") as file:
         modules = tomllib.load(file)["tool"]["ptserve"]["native-modules"]
     paths = [f"src/{name.replace('.', '/')}.py" for name in modules]
-    return mypycify(paths, opt_level="3", debug_level="1", multi_file=True)
+    # The build reads the types it compiles from the installed dependencies; an optional one
+    # that is absent (the ``otel`` extra) types as Any here, and leaves its ``type: ignore``
+    # comments unused. ``mypy --strict`` on the package (``make lint``) is the type check.
+    options = ["--ignore-missing-imports", "--no-warn-unused-ignores"]
+    return mypycify(options + paths, opt_level="3", debug_level="1", multi_file=True)
 
 
 setup(ext_modules=native_extensions())
