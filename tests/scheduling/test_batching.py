@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Hashable
-from dataclasses import dataclass
 
+from ptserve.common.prepared import PreparedRequest
 from ptserve.scheduling.batching import BatchRule
 from ptserve.scheduling.work import WorkItem
 
@@ -14,15 +14,10 @@ MS = 1_000_000
 _LOOP = asyncio.new_event_loop()  # the items' futures are never awaited
 
 
-@dataclass
-class _Request:
-    batch_size: int
-
-
 def queue(*sizes: int, at_ns: int = 0, key: Hashable = "same") -> list[WorkItem]:
     items = []
     for size in sizes:
-        item = WorkItem(_Request(size), _LOOP)  # type: ignore[arg-type]
+        item = WorkItem(PreparedRequest("", {}, size, ()), _LOOP)
         item.enqueue_ns, item.key = at_ns, key
         items.append(item)
     return items

@@ -21,6 +21,20 @@ class PreparedRequest:
     outputs: tuple[str, ...]  # the outputs to return, in config order
     parameters: dict[str, Any] = field(default_factory=dict)
 
+    def __init__(
+        self,
+        id: str,
+        inputs: dict[str, Data],
+        batch_size: int,
+        outputs: tuple[str, ...],
+        parameters: dict[str, Any] | None = None,
+    ) -> None:
+        self.id = id
+        self.inputs = inputs
+        self.batch_size = batch_size
+        self.outputs = outputs
+        self.parameters = {} if parameters is None else parameters
+
 
 OutputMap = dict[str, Data]  # numpy, or DeviceArray only for requests with device inputs
 
@@ -33,6 +47,13 @@ class ExecutionTimes:
     compute_infer_ns: int = 0
     compute_output_ns: int = 0
 
+    def __init__(
+        self, compute_input_ns: int = 0, compute_infer_ns: int = 0, compute_output_ns: int = 0
+    ) -> None:
+        self.compute_input_ns = compute_input_ns
+        self.compute_infer_ns = compute_infer_ns
+        self.compute_output_ns = compute_output_ns
+
 
 @dataclass(slots=True)
 class BatchResult:
@@ -40,3 +61,7 @@ class BatchResult:
 
     results: list[OutputMap | ServerError]
     times: ExecutionTimes
+
+    def __init__(self, results: list[OutputMap | ServerError], times: ExecutionTimes) -> None:
+        self.results = results
+        self.times = times

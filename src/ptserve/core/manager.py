@@ -139,9 +139,9 @@ class ModelManager:
                     version.state = State.UNAVAILABLE
                     version.reason = exc.message
                     failures.append(exc.message)
-                except Exception as exc:  # a backend bug still leaves a clear reason
+                except Exception as bug:  # a backend bug still leaves a clear reason
                     version.state = State.UNAVAILABLE
-                    version.reason = f"model '{name}' version {number}: {exc}"
+                    version.reason = f"model '{name}' version {number}: {bug}"
                     failures.append(version.reason)
             if failures:
                 raise invalid_arg("; ".join(failures))

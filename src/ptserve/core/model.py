@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import threading
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -21,6 +20,7 @@ from ptserve.common.errors import unavailable
 from ptserve.common.iospec import ModelIO
 from ptserve.common.prepared import PreparedRequest
 from ptserve.common.stats import ModelStats
+from ptserve.common.sync import Condition
 from ptserve.config.parameters import execution_timeout_ms, max_inline_execution_us
 from ptserve.config.parse import ModelConfig
 from ptserve.core.warmup import run_warmup
@@ -77,7 +77,7 @@ class ModelVersion:
     requests: set[WorkItem] = field(default_factory=set)  # queued or running (for metrics)
     watchdog: Watchdog | None = None  # with EXECUTION_TIMEOUT_MS
     stuck_reason: str = ""  # set while every instance is stuck past the execution timeout
-    _gate: threading.Condition = field(default_factory=threading.Condition)
+    _gate: Condition = field(default_factory=Condition)
 
     @property
     def ready(self) -> bool:

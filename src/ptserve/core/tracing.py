@@ -58,8 +58,8 @@ def start_otel_export(settings: OtelSettings) -> SpanExport:
     try:
         # The SDK is an optional extra (ptserve[otel]): imported only when the mode is used.
         from ptserve.core.otel import OtelExport
-    except ImportError as exc:
-        raise invalid_arg(OTEL_MISSING.format(name=exc.name or "opentelemetry")) from None
+    except ImportError as missing:
+        raise invalid_arg(OTEL_MISSING.format(name=missing.name or "opentelemetry")) from None
     try:
         return OtelExport(settings)
     except ValueError as exc:  # the SDK's own checks of the batch span processor's sizes

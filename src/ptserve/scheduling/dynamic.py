@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Hashable
 
@@ -10,6 +9,7 @@ from ptserve.common.errors import ServerError, unavailable
 from ptserve.common.iospec import ModelIO
 from ptserve.common.prepared import OutputMap
 from ptserve.common.stats import ModelStats
+from ptserve.common.sync import Condition
 from ptserve.scheduling.base import Scheduler
 from ptserve.scheduling.batching import BatchRule
 from ptserve.scheduling.hold import POLL_SECONDS, Hold
@@ -44,7 +44,7 @@ class DynamicBatcher(Scheduler):
         self._hold = hold or Hold()
         self._ragged = frozenset(s.name for s in io.inputs if s.allow_ragged_batch)
         self._queue = PriorityQueue(priorities)
-        self._cond = threading.Condition(threading.Lock())
+        self._cond = Condition()
         self._ordering = OrderedDelivery() if preserve_ordering else None
         self._closed = False
         self._idle = 0  # workers waiting with no deadline

@@ -26,11 +26,12 @@ class RequestOptions:
 
 
 NO_OPTIONS = RequestOptions()
+_NAMES = frozenset(("priority", "timeout", "sequence_id", "sequence_start", "sequence_end"))
 
 
 def request_options(parameters: dict[str, Any]) -> RequestOptions:
     """Read and check the scheduling parameters; a bad one is a 400 that names it."""
-    if not parameters:
+    if not parameters or _NAMES.isdisjoint(parameters):
         return NO_OPTIONS
     priority = _uint(parameters, "priority")
     timeout_us = _uint(parameters, "timeout")

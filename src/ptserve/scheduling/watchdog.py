@@ -19,6 +19,7 @@ from ptserve.common.errors import ServerError, internal
 from ptserve.common.logging_setup import request_fields
 from ptserve.common.prepared import OutputMap
 from ptserve.common.stats import ModelStats
+from ptserve.common.sync import Condition
 from ptserve.config.parameters import EXECUTION_TIMEOUT_PARAMETER
 from ptserve.scheduling.base import Scheduler
 from ptserve.scheduling.work import Batch
@@ -68,7 +69,7 @@ class Watchdog:
         self._on_all_stuck = on_all_stuck
         self._on_recovered = on_recovered
         self._executions: list[Execution] = []
-        self._cond = threading.Condition(threading.Lock())
+        self._cond = Condition()
         self._stopped = False
         self._stuck = 0
         self._all_stuck = False

@@ -132,6 +132,18 @@ class Batch:
     ticket: int = -1  # delivery order when the scheduler preserves ordering
     context: list[object] = field(default_factory=list)  # scheduler's own, per row
 
+    def __init__(
+        self,
+        items: list[WorkItem | None],
+        requests: list[PreparedRequest],
+        ticket: int = -1,
+        context: list[object] | None = None,
+    ) -> None:
+        self.items = items
+        self.requests = requests
+        self.ticket = ticket
+        self.context = [] if context is None else context
+
     @classmethod
     def of(cls, items: list[WorkItem]) -> Batch:
         return cls(list(items), [item.request for item in items])

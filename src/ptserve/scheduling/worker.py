@@ -260,6 +260,18 @@ class _Outcome:
     end_ns: int
     abandoned: bool
 
+    def __init__(
+        self,
+        results: list[OutputMap | ServerError],
+        times: ExecutionTimes | None,
+        end_ns: int,
+        abandoned: bool,
+    ) -> None:
+        self.results = results
+        self.times = times
+        self.end_ns = end_ns
+        self.abandoned = abandoned
+
 
 class WorkerPool:
     """The workers of one model version around their scheduler: requests enter through

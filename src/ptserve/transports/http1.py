@@ -59,6 +59,24 @@ class HttpRequest:
     keep_alive: bool = True
     http10: bool = False  # an HTTP/1.0 request (keep-alive is then announced in the answer)
 
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        query: str,
+        headers: dict[str, str],
+        body: bytearray | None = None,
+        keep_alive: bool = True,
+        http10: bool = False,
+    ) -> None:
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.body = bytearray() if body is None else body
+        self.keep_alive = keep_alive
+        self.http10 = http10
+
 
 @dataclass(slots=True)
 class HttpResponse:
@@ -66,6 +84,18 @@ class HttpResponse:
     body: list[bytes | memoryview] = field(default_factory=list)
     content_type: str = "application/json"
     headers: list[tuple[str, str]] = field(default_factory=list)
+
+    def __init__(
+        self,
+        status: int,
+        body: list[bytes | memoryview] | None = None,
+        content_type: str = "application/json",
+        headers: list[tuple[str, str]] | None = None,
+    ) -> None:
+        self.status = status
+        self.body = [] if body is None else body
+        self.content_type = content_type
+        self.headers = [] if headers is None else headers
 
     @classmethod
     def json(cls, value: object, status: int = 200) -> HttpResponse:

@@ -102,3 +102,132 @@ def test_refused_requests_are_not_kept(registry: SharedMemoryRegistry) -> None:
         with pytest.raises(ServerError, match="NOPE"):
             convert.decode_request(bad, registry, forms)
     assert len(forms) == 0
+
+
+# --- unary ModelInfer on the wire ------------------------------------------------------------
+
+
+def _same_request(left: Any, right: Any) -> None:
+    assert (left.model_name, left.model_version, left.id) == (
+        right.model_name,
+        right.model_version,
+        right.id,
+    )
+    assert [(t.name, t.datatype, t.data.tolist()) for t in left.inputs] == [
+        (t.name, t.datatype, t.data.tolist()) for t in right.inputs
+    ]
+    assert [(o.name, o.classification) for o in left.outputs or ()] == [
+        (o.name, o.classification) for o in right.outputs or ()
+    ]
+    assert left.parameters == right.parameters
+
+
+def test_the_wire_key_is_the_message_without_its_id_and_data() -> None:
+    message = _message([1, 2, 3], "req-é")
+    wire = convert.split_request(message.SerializeToString())
+    assert wire is not None
+    description = pb.ModelInferRequest()
+    description.CopyFrom(message)
+    description.ClearField("id")
+    description.ClearField("raw_input_contents")
+    assert wire.key == description.SerializeToString()
+    assert wire.id == "req-é"
+    assert [bytes(raw) for raw in wire.raw] == list(message.raw_input_contents)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\x22\x00",  # parameters (field 4)
+        b"\x40\x01",  # a field ModelInferRequest lacks, as a varint
+    ],
+)
+def test_bytes_outside_the_wire_forms_take_the_message_path(data: bytes) -> None:
+    assert convert.split_request(data) is None
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\x0a\x05ab",  # a length beyond the end
+        b"\x0a\xff",  # a truncated varint length
+        b"\x1a\x02\xff\xfe",  # an id that is not UTF-8
+    ],
+)
+def test_bytes_that_are_no_message_are_refused(data: bytes, registry: SharedMemoryRegistry) -> None:
+    assert convert.split_request(data) is None
+    with pytest.raises(ServerError, match=r"not a valid inference\.ModelInferRequest message"):
+        convert.decode_wire_request(data, registry, FormCache())
+
+
+def test_a_known_wire_form_takes_new_data_and_ids(registry: SharedMemoryRegistry) -> None:
+    forms = FormCache()
+    for values, request_id in (([1, 2, 3], "a"), ([4, 5, 6], "b"), ([7, 8, 9], "")):
+        message = _message(values, request_id)
+        request = convert.decode_wire_request(message.SerializeToString(), registry, forms)
+        _same_request(request, convert.decode_request(message, registry))
+        assert request.inputs[0].data.tolist() == [values]
+    assert len(forms) == 1
+
+
+def test_wire_requests_with_parameters_decode_as_messages(registry: SharedMemoryRegistry) -> None:
+    forms = FormCache()
+    for values in ([1, 2, 3], [4, 5, 6]):
+        message = _message(values)
+        message.parameters["priority"].int64_param = 2
+        request = convert.decode_wire_request(message.SerializeToString(), registry, forms)
+        assert request.parameters == {"priority": 2}
+        assert request.inputs[0].data.tolist() == [values]
+    assert len(forms) == 0
+
+
+def test_a_wire_form_is_not_kept_for_a_refused_request(registry: SharedMemoryRegistry) -> None:
+    forms = FormCache()
+    bad = _message([1, 2, 3])
+    bad.inputs[0].datatype = "NOPE"
+    for _ in range(2):
+        with pytest.raises(ServerError, match="NOPE"):
+            convert.decode_wire_request(bad.SerializeToString(), registry, forms)
+    assert len(forms) == 0
+    short = _message([1, 2, 3])
+    convert.decode_wire_request(short.SerializeToString(), registry, forms)
+    short.raw_input_contents[0] = b"\x00" * 8
+    with pytest.raises(ServerError, match="input byte size mismatch for input 'INPUT0'"):
+        convert.decode_wire_request(short.SerializeToString(), registry, forms)
+
+
+def _response(request_id: str = "", parameters: dict[str, Any] | None = None) -> Any:
+    from ptserve.common import datatypes
+    from ptserve.common.requests import InferResponse, Tensor
+
+    words = np.array([b"a", b"", b"long" * 40], dtype=object).reshape(1, 3)
+    return InferResponse(
+        "model",
+        "3",
+        request_id,
+        [
+            Tensor("OUT_F", datatypes.from_name("FP32"), np.arange(300, dtype=np.float32)),
+            Tensor("OUT_S", datatypes.from_name("BYTES"), words),
+            Tensor("OUT_E", datatypes.from_name("INT64"), np.zeros((0, 2), np.int64)),
+        ],
+        parameters=parameters,
+    )
+
+
+@pytest.mark.parametrize("request_id", ["", "id-1"])
+def test_the_wire_response_is_the_bytes_protobuf_writes(
+    request_id: str, registry: SharedMemoryRegistry
+) -> None:
+    response = _response(request_id)
+    expected = convert.encode_response(response, registry).SerializeToString()
+    assert convert.encode_wire_response(response, registry) == expected
+
+
+def test_a_wire_response_with_parameters_is_written_by_protobuf(
+    registry: SharedMemoryRegistry,
+) -> None:
+    response = _response("x", {"sequence_id": 7, "flag": True})
+    data = convert.encode_wire_response(response, registry)
+    message = pb.ModelInferResponse.FromString(data)
+    assert message == convert.encode_response(response, registry)
+    assert message.parameters["sequence_id"].int64_param == 7

@@ -42,6 +42,21 @@ def test_simple_batches(client: grpcclient.InferenceServerClient, batch: int) ->
     assert len(response.raw_output_contents) == len(response.outputs) == 2
 
 
+def test_a_repeated_form_answers_with_each_requests_own_data_and_id(
+    client: grpcclient.InferenceServerClient,
+) -> None:
+    """The second request of a form is cut out of its bytes (``convert.decode_wire_request``)
+    and answered as bytes: its data and id, not the first one's."""
+    for number in range(4):
+        a = np.arange(16, dtype=np.int32).reshape(1, 16) * (number + 1)
+        b = np.full((1, 16), number, dtype=np.int32)
+        request_id = f"form-{number}" if number % 2 else ""
+        result = client.infer("simple", _pair(a, b), request_id=request_id)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+        assert result.get_response().id == request_id
+
+
 def test_bytes_without_batching(client: grpcclient.InferenceServerClient) -> None:
     a = np.array([str(i).encode() for i in range(16)], dtype=object)
     b = np.array([b"3"] * 16, dtype=object)

@@ -95,6 +95,157 @@ def form_key(message: Any) -> Hashable | None:
     )
 
 
+# --- ModelInfer on the wire ---------------------------------------------------------------
+#
+# A unary ModelInfer arrives as the bytes of its message. Its description (every field but
+# ``id`` and ``raw_input_contents``) is the key of its form, as the exact JSON header bytes are
+# for HTTP: a request of a form seen before is cut out of the bytes without parsing them into a
+# message, and its response is written as bytes. Anything else (parameters, fields this
+# version of the protocol lacks, a form not seen yet) takes the message path below.
+
+REQUEST_TYPE = "inference.ModelInferRequest"
+# The tags of ModelInferRequest's fields, all length-delimited: field number << 3 | 2.
+_TAG_ID = 0x1A
+_TAG_PARAMETERS = 0x22
+_TAG_RAW = 0x3A
+_DESCRIPTION_TAGS = frozenset((0x0A, 0x12, 0x2A, 0x32))  # model name, version, inputs, outputs
+
+
+class WireRequest:
+    """What varies between requests of one form, cut out of a ModelInferRequest's bytes."""
+
+    def __init__(self, key: bytes, id: str, raw: list[memoryview]) -> None:
+        self.key = key
+        self.id = id
+        self.raw = raw
+
+
+def _varint(data: bytes, position: int) -> tuple[int, int]:
+    """The varint at ``position`` and where it ends; ValueError when it does not end."""
+    result = 0
+    shift = 0
+    end = len(data)
+    while position < end and shift < 64:
+        byte = data[position]
+        position += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, position
+        shift += 7
+    raise ValueError("truncated varint")
+
+
+def split_request(data: bytes) -> WireRequest | None:
+    """The form key, id and raw inputs of a ModelInferRequest's bytes; None when the message
+    has parameters, a field other than ModelInferRequest's, or is not well framed (the message
+    path then parses it and says what is wrong)."""
+    view = memoryview(data)
+    description: list[bytes] = []
+    raw: list[memoryview] = []
+    request_id = b""
+    position = 0
+    end = len(data)
+    try:
+        while position < end:
+            tag = data[position]
+            length, start = _varint(data, position + 1)
+            stop = start + length
+            if stop > end:
+                return None
+            if tag == _TAG_RAW:
+                raw.append(view[start:stop])
+            elif tag == _TAG_ID:
+                request_id = data[start:stop]
+            elif tag in _DESCRIPTION_TAGS:
+                description.append(data[position:stop])
+            else:  # parameters, or a field ModelInferRequest does not have
+                return None
+            position = stop
+        return WireRequest(b"".join(description), request_id.decode(), raw)
+    except ValueError:  # a truncated varint, or an id that is not UTF-8
+        return None
+
+
+def parse_request(data: bytes) -> Any:
+    """A ModelInferRequest message; INVALID_ARGUMENT when the bytes are not one."""
+    try:
+        return pb.ModelInferRequest.FromString(data)
+    except Exception as exc:  # protobuf's DecodeError
+        raise invalid_arg(f"the request is not a valid {REQUEST_TYPE} message: {exc}") from None
+
+
+def decode_wire_request(
+    data: bytes, registry: SharedMemoryRegistry, forms: FormCache
+) -> InferRequest:
+    """A unary ModelInfer's request from its bytes (see above); the errors ``decode_request``
+    gives."""
+    wire = split_request(data)
+    if wire is not None:
+        form = forms.get(wire.key)
+        if form is not None and len(wire.raw) == len(form.inputs):
+            return form.request(wire.raw, wire.id)
+    message = parse_request(data)
+    if wire is None:
+        return decode_request(message, registry, forms)
+    request, raw_sizes = _decode(message, registry)
+    form = form_of(request, raw_sizes)
+    if form is not None:
+        forms.put(wire.key, form)
+    return request
+
+
+def _put_varint(out: bytearray, value: int) -> None:
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def _put_field(out: bytearray, tag: int, data: bytes | bytearray) -> None:
+    """A length-delimited field; left out when empty, as proto3 leaves a default value out."""
+    if not data:
+        return
+    out.append(tag)
+    _put_varint(out, len(data))
+    out += data
+
+
+def encode_wire_response(response: InferResponse, registry: SharedMemoryRegistry) -> bytes:
+    """The bytes of the ModelInferResponse ``encode_response`` makes: the same fields, in field
+    order, as protobuf writes them."""
+    if response.parameters:
+        message = encode_response(response, registry)
+        data: bytes = message.SerializeToString()
+        return data
+    out = bytearray()
+    _put_field(out, 0x0A, response.model_name.encode())
+    _put_field(out, 0x12, response.model_version.encode())
+    _put_field(out, 0x1A, response.id.encode())
+    requested = response.requested
+    raws: list[bytes | memoryview] = []
+    for tensor in response.outputs:
+        entry = bytearray()
+        _put_field(entry, 0x0A, tensor.name.encode())
+        _put_field(entry, 0x12, tensor.datatype.name.encode())
+        shape = bytearray()
+        for dim in tensor.shape:
+            _put_varint(shape, dim)  # (never negative)
+        _put_field(entry, 0x1A, shape)
+        _put_field(out, 0x2A, entry)
+        raw = tensors.to_raw(to_host(tensor.data), tensor.datatype)
+        wanted = requested.get(tensor.name)
+        place = wanted.placement if wanted is not None else None
+        if place is not None:
+            registry.write(f"output '{tensor.name}'", place, raw)
+            raw = b""
+        raws.append(raw)
+    for raw in raws:
+        out.append(0x32)  # raw_output_contents: every output has its entry, empty ones too
+        _put_varint(out, len(raw))
+        out += raw
+    return bytes(out)
+
+
 def decode_request(
     message: Any, registry: SharedMemoryRegistry, forms: FormCache | None = None
 ) -> InferRequest:

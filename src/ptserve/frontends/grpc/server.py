@@ -14,7 +14,7 @@ from ptserve.core.server import InferenceServer
 from ptserve.frontends.grpc import health
 from ptserve.frontends.grpc.guard import guard_service
 from ptserve.frontends.grpc.keepalive import Keepalive
-from ptserve.frontends.grpc.servicer import InferenceServicer
+from ptserve.frontends.grpc.servicer import WIRE_METHODS, InferenceServicer
 from ptserve.frontends.grpc.status import group_of
 from ptserve.frontends.restrictions import Restrictions
 from ptserve.transports.http2.server import NativeGrpcServer
@@ -49,7 +49,10 @@ class _Collector:
 def inference_handlers(servicer: InferenceServicer) -> dict[str, Any]:
     collector = _Collector()
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, collector)
-    return collector.handlers
+    handlers = collector.handlers
+    for name in WIRE_METHODS:  # bytes in, bytes out
+        handlers[name] = grpc.unary_unary_rpc_method_handler(handlers[name].unary_unary)
+    return handlers
 
 
 def api_groups() -> dict[str, str]:

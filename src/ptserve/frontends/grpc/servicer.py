@@ -25,6 +25,9 @@ log = logging.getLogger("ptserve.grpc")
 SERVICE = "inference.GRPCInferenceService"
 EMPTY_FINAL = "triton_enable_empty_final_response"
 _END = object()  # closes the queue of stream replies
+# Methods that take their request's bytes and return their response's: their handlers have no
+# (de)serializer (``convert`` reads and writes ModelInfer's messages on the wire).
+WIRE_METHODS = frozenset(("ModelInfer",))
 
 
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
@@ -74,14 +77,24 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         response = await self.server.infer(decoded)
         return convert.encode_response(response, self.server.shared_memory, final)
 
+    async def _infer_wire(self, data: bytes) -> bytes:
+        """``_infer`` from the request's bytes to the response's (see ``WIRE_METHODS``)."""
+        registry = self.server.shared_memory
+        response = await self.server.infer(convert.decode_wire_request(data, registry, self.forms))
+        return convert.encode_wire_response(response, registry)
+
     async def _infer_traced(
         self, request: Any, context: Any, method: str, final: bool = False
     ) -> Any:
-        """``_infer`` with a server span (OpenTelemetry mode) that continues the client's trace
-        when the call's metadata carries a W3C ``traceparent``."""
+        """``_infer`` (``_infer_wire`` for ModelInfer's bytes) with a server span (OpenTelemetry
+        mode) that continues the client's trace when the call's metadata carries a W3C
+        ``traceparent``."""
         incoming = _incoming(context, method, self.tracer.incoming)
         try:
-            message = await self._infer(request, final)
+            if isinstance(request, bytes):
+                message = await self._infer_wire(request)
+            else:
+                message = await self._infer(request, final)
         except BaseException as exc:
             code = exc.status.grpc_code_name if isinstance(exc, ServerError) else "INTERNAL"
             incoming.attributes["rpc.grpc.status_code"] = grpc.StatusCode[code].value[0]
@@ -92,10 +105,10 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         return message
 
     @rpc("inference")
-    async def ModelInfer(self, request: Any, context: Any) -> Any:
+    async def ModelInfer(self, request: bytes, context: Any) -> Any:
         if self.tracer.otel is not None:  # OpenTelemetry: this call gets a server span
             return await self._infer_traced(request, context, "ModelInfer")
-        return await self._infer(request)
+        return await self._infer_wire(request)
 
     @api_group("inference")
     async def ModelStreamInfer(

@@ -199,6 +199,10 @@ class EncodedResponse:
     header: bytes
     binary: list[bytes | memoryview]
 
+    def __init__(self, header: bytes, binary: list[bytes | memoryview]) -> None:
+        self.header = header
+        self.binary = binary
+
 
 def encode_response(
     response: InferResponse,

@@ -8,7 +8,6 @@ candidate place; any free instance batches the ready sequences, oldest request f
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Iterator
 
@@ -17,6 +16,7 @@ from ptserve.common.iospec import ModelIO
 from ptserve.common.prepared import OutputMap, PreparedRequest
 from ptserve.common.sequence_io import CORRID
 from ptserve.common.stats import ModelStats
+from ptserve.common.sync import Condition
 from ptserve.config.autocomplete import DEFAULT_SEQUENCE_IDLE_US
 from ptserve.config.parse import ModelConfig
 from ptserve.scheduling.base import Scheduler
@@ -59,7 +59,7 @@ class SequenceBatcher(Scheduler):
         # (an ended one runs its queued requests while a new one of the same id may start).
         self._open: dict[int | str, Sequence] = {}
         self._live: set[Sequence] = set()
-        self._cond = threading.Condition(threading.Lock())
+        self._cond = Condition()
         self._closed = False
         self._hold = Hold.from_environment(config.name, sequences=True)
         self._string_ids = all(

@@ -252,9 +252,10 @@ async def run_unary(
     sink: CallSink, stream: Any, handler: Any, context: Context, message: bytes
 ) -> None:
     try:
-        request = handler.request_deserializer(message)
+        deserialize, serialize = handler.request_deserializer, handler.response_serializer
+        request = message if deserialize is None else deserialize(message)
         reply = await handler.unary_unary(request, context)
-        body = handler.response_serializer(reply)
+        body = reply if serialize is None else serialize(reply)  # None: the method's bytes
     except asyncio.CancelledError:
         sink.finish(stream, grpc.StatusCode.CANCELLED, "Cancelled")  # unless already ended
         raise
