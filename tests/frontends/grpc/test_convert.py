@@ -138,8 +138,8 @@ def test_the_wire_key_is_the_message_without_its_id_and_data() -> None:
 @pytest.mark.parametrize(
     "data",
     [
-        b"\x22\x00",  # parameters (field 4)
         b"\x40\x01",  # a field ModelInferRequest lacks, as a varint
+        b"\x0a\x01m\x42\x00",  # one it lacks, length-delimited
     ],
 )
 def test_bytes_outside_the_wire_forms_take_the_message_path(data: bytes) -> None:
@@ -166,6 +166,25 @@ def test_a_known_wire_form_takes_new_data_and_ids(registry: SharedMemoryRegistry
         message = _message(values, request_id)
         request = convert.decode_wire_request(message.SerializeToString(), registry, forms)
         _same_request(request, convert.decode_request(message, registry))
+        assert request.inputs[0].data.tolist() == [values]
+    assert len(forms) == 1
+
+
+def test_the_clients_own_parameters_do_not_prevent_a_wire_form(
+    registry: SharedMemoryRegistry,
+) -> None:
+    """perf_analyzer sends triton_enable_empty_final_response with every ModelInfer."""
+    forms = FormCache()
+    for values in ([1, 2, 3], [4, 5, 6]):
+        message = _message(values)
+        message.parameters["triton_enable_empty_final_response"].bool_param = True
+        data = message.SerializeToString()
+        wire = convert.split_request(data)
+        assert wire is not None
+        if values == [4, 5, 6]:
+            assert forms.get(wire.key) is not None  # the second one is cut out of its bytes
+        request = convert.decode_wire_request(data, registry, forms)
+        assert request.parameters == {}
         assert request.inputs[0].data.tolist() == [values]
     assert len(forms) == 1
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ptserve.common.errors import invalid_arg
 
@@ -61,10 +61,11 @@ class InputBinding:
     slots: tuple[Slot, ...]
     dictionary: bool
     convention: str  # "dictionary", "argument names", "index suffix", "config order"
+    order: tuple[str, ...] = field(init=False)  # every input, slot by slot (read per batch)
 
-    @property
-    def order(self) -> tuple[str, ...]:
-        return tuple(name for slot in self.slots for name in slot.names)
+    def __post_init__(self) -> None:
+        order = tuple(name for slot in self.slots for name in slot.names)
+        object.__setattr__(self, "order", order)
 
 
 def indexed_name(name: str) -> int | None:

@@ -65,10 +65,13 @@ def placement_for(spec: InstanceSpec) -> Placement:
     return Placement("KIND_CPU", cpu, cpu)
 
 
+_NO_STREAM = contextlib.nullcontext()  # reusable: it holds nothing
+
+
 def stream_scope(placement: Placement) -> contextlib.AbstractContextManager[object]:
     """Run on the instance's own CUDA stream, waiting for it before results are read."""
     if placement.stream is None:
-        return contextlib.nullcontext()
+        return _NO_STREAM
     return _on_stream(placement, placement.stream)
 
 

@@ -100,15 +100,17 @@ def form_key(message: Any) -> Hashable | None:
 # A unary ModelInfer arrives as the bytes of its message. Its description (every field but
 # ``id`` and ``raw_input_contents``) is the key of its form, as the exact JSON header bytes are
 # for HTTP: a request of a form seen before is cut out of the bytes without parsing them into a
-# message, and its response is written as bytes. Anything else (parameters, fields this
-# version of the protocol lacks, a form not seen yet) takes the message path below.
+# message, and its response is written as bytes. Anything else (fields this version of the
+# protocol lacks, a form not seen yet) takes the message path below, and a form is kept only
+# for a request ``form_key`` would keep one for (no parameters but the client's ``triton_*``
+# ones, which perf_analyzer sends with every request).
 
 REQUEST_TYPE = "inference.ModelInferRequest"
 # The tags of ModelInferRequest's fields, all length-delimited: field number << 3 | 2.
 _TAG_ID = 0x1A
-_TAG_PARAMETERS = 0x22
 _TAG_RAW = 0x3A
-_DESCRIPTION_TAGS = frozenset((0x0A, 0x12, 0x2A, 0x32))  # model name, version, inputs, outputs
+# Model name, version, parameters, inputs, outputs.
+_DESCRIPTION_TAGS = frozenset((0x0A, 0x12, 0x22, 0x2A, 0x32))
 
 
 class WireRequest:
@@ -137,8 +139,8 @@ def _varint(data: bytes, position: int) -> tuple[int, int]:
 
 def split_request(data: bytes) -> WireRequest | None:
     """The form key, id and raw inputs of a ModelInferRequest's bytes; None when the message
-    has parameters, a field other than ModelInferRequest's, or is not well framed (the message
-    path then parses it and says what is wrong)."""
+    has a field other than ModelInferRequest's, or is not well framed (the message path then
+    parses it and says what is wrong)."""
     view = memoryview(data)
     description: list[bytes] = []
     raw: list[memoryview] = []
@@ -158,7 +160,7 @@ def split_request(data: bytes) -> WireRequest | None:
                 request_id = data[start:stop]
             elif tag in _DESCRIPTION_TAGS:
                 description.append(data[position:stop])
-            else:  # parameters, or a field ModelInferRequest does not have
+            else:  # a field ModelInferRequest does not have
                 return None
             position = stop
         return WireRequest(b"".join(description), request_id.decode(), raw)
@@ -185,7 +187,7 @@ def decode_wire_request(
         if form is not None and len(wire.raw) == len(form.inputs):
             return form.request(wire.raw, wire.id)
     message = parse_request(data)
-    if wire is None:
+    if wire is None or form_key(message) is None:
         return decode_request(message, registry, forms)
     request, raw_sizes = _decode(message, registry)
     form = form_of(request, raw_sizes)

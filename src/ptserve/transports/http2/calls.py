@@ -1,6 +1,8 @@
 """One gRPC call on the native transport: the context a servicer method sees, the message
 framing and compression, the request stream a streaming method reads, and the coroutines that
-run a method (each in its own Task, started by the connection)."""
+run a method (each in its own Task, started by the connection). Compiled with the request path:
+the request stream is an iterator class rather than an async generator, which mypyc does not
+compile."""
 
 from __future__ import annotations
 
@@ -8,12 +10,13 @@ import asyncio
 import logging
 import struct
 import zlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any, NoReturn, Protocol
 
 import grpc
 
 from ptserve.common.loops import running_loop
+from ptserve.transports.http2.aborts import Aborted
 from ptserve.transports.http2.headers import Metadata, RequestHead
 
 log = logging.getLogger("ptserve.grpc")
@@ -28,11 +31,6 @@ class CallFailed(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
-
-
-class Aborted(grpc.aio.AbortError):  # type: ignore[misc]
-    """Raised by ``Context.abort``; the servicer's error wrappers let it through as they do
-    grpc.aio's own."""
 
 
 class CallSink(Protocol):
@@ -226,10 +224,10 @@ class Requests:
         self._on_taken(5 + length)
         return unpack_message(flag, data, self._encoding, self._limit)
 
-    def __aiter__(self) -> AsyncIterator[Any]:
-        return self._iterate()
+    def __aiter__(self) -> Requests:
+        return self
 
-    async def _iterate(self) -> AsyncIterator[Any]:
+    async def __anext__(self) -> Any:
         while True:
             if self._ready and self._unanswered < self._max_unanswered:
                 try:
@@ -237,15 +235,14 @@ class Requests:
                 except CallFailed as failed:
                     self._on_failed(failed)  # ends the call and cancels its Task
                     raise asyncio.CancelledError() from None
-                yield self._deserialize(message)
-            elif self._ended and not self._ready:
-                return
-            else:
-                self._waiter = running_loop().create_future()
-                try:
-                    await self._waiter
-                finally:
-                    self._waiter = None
+                return self._deserialize(message)
+            if self._ended and not self._ready:
+                raise StopAsyncIteration
+            self._waiter = running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
 
 
 async def run_unary(
