@@ -8,6 +8,7 @@ import pytest
 from ptserve.common import datatypes
 from ptserve.common.errors import ServerError
 from ptserve.frontends import tensors
+from tests.device_data import Remote
 
 
 def dt(name: str) -> datatypes.DataType:
@@ -62,3 +63,13 @@ def test_shape_checks(shape: object) -> None:
 def test_json_out_of_bf16() -> None:
     bits = datatypes.float32_to_bf16(np.array([1.5, -2.0], np.float32))
     assert tensors.to_json_values(bits, dt("BF16")) == [1.5, -2.0]
+
+
+def test_wire_bytes_of_device_data_are_copied_home_once() -> None:
+    values = np.arange(6, dtype=np.float32).reshape(2, 3)
+    before = Remote.copies
+    raw = tensors.to_raw(Remote(values), datatypes.from_name("FP32"))
+    assert bytes(raw) == values.tobytes() and Remote.copies == before + 1
+    strings = np.array([b"a", b"bc"], dtype=object)
+    raw = tensors.to_raw(Remote(strings), datatypes.BYTES)
+    assert bytes(raw) == b"\x01\x00\x00\x00a\x02\x00\x00\x00bc"

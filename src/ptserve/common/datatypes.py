@@ -24,6 +24,7 @@ class DataType:
     torch_name: str  # attribute of the torch module, "" for BYTES
     itemsize: int  # bytes per element on the wire, 0 for BYTES (variable)
     json_kind: str  # which JSON values are accepted: "bool", "int", "uint", "float", "bytes", ""
+    wire: np.dtype[np.generic]  # ``numpy`` in the wire's byte order (little-endian)
 
     @property
     def is_bytes(self) -> bool:
@@ -31,7 +32,8 @@ class DataType:
 
 
 def _dt(name: str, config: str, np_dtype: str, torch_name: str, size: int, kind: str) -> DataType:
-    return DataType(name, config, np.dtype(np_dtype), torch_name, size, kind)
+    storage = np.dtype(np_dtype)
+    return DataType(name, config, storage, torch_name, size, kind, storage.newbyteorder("<"))
 
 
 _TYPES = (

@@ -8,6 +8,7 @@ import numpy as np
 
 from ptserve.common import datatypes
 from ptserve.common.datatypes import DataType
+from ptserve.common.device import Data
 from ptserve.common.errors import invalid_arg
 
 # More elements than any real tensor has; a shape beyond it (even one with a zero dimension)
@@ -62,7 +63,7 @@ def from_raw(
             f"{len(raw)} (shape {list(shape)} of {dt.name}: {count} elements of {dt.itemsize} "
             "bytes)"
         )
-    return np.frombuffer(raw, dtype=dt.numpy.newbyteorder("<")).reshape(shape)
+    return np.frombuffer(raw, dtype=dt.wire).reshape(shape)
 
 
 def from_json(name: str, data: Any, dt: DataType, shape: tuple[int, ...]) -> np.ndarray:
@@ -177,11 +178,13 @@ def to_json_values(data: np.ndarray, dt: DataType) -> list[Any]:
     return values
 
 
-def to_raw(data: np.ndarray, dt: DataType) -> bytes | memoryview:
-    """A tensor's wire bytes; a view of its memory when it is contiguous."""
+def to_raw(data: Data, dt: DataType) -> bytes | memoryview:
+    """A tensor's wire bytes; a view of its memory when it is contiguous and on the host
+    (data on a device is copied home first, as ``to_host`` does)."""
+    host = data if isinstance(data, np.ndarray) else data.host()
     if dt.is_bytes:
-        return datatypes.serialize_bytes(data)
-    array = np.ascontiguousarray(data)
+        return datatypes.serialize_bytes(host)
+    array = np.ascontiguousarray(host)
     if array.dtype.byteorder == ">":
         array = array.astype(array.dtype.newbyteorder("<"))
     return memoryview(array).cast("B") if array.size else b""  # type: ignore[arg-type]

@@ -560,7 +560,13 @@ class HttpProtocol(asyncio.Protocol):
     def _start(self, request: HttpRequest) -> None:
         """Answer ``request`` in a Task of its own, in a copy of the connection's context."""
         assert self._loop is not None
-        self.task = self._loop.create_task(self._answer(request), context=self._context.copy())
+        # A Task made directly, named: the loop's create_task formats a "Task-<n>" name first.
+        self.task = asyncio.Task(
+            self._answer(request),
+            loop=self._loop,
+            name="http-request",
+            context=self._context.copy(),
+        )
 
     async def _answer(self, request: HttpRequest) -> None:
         try:

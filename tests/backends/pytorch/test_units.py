@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from ptserve.backends.pytorch.binding import Argument, bind_inputs, bind_outputs
+from ptserve.backends.pytorch.execution import ThreadPools
 from ptserve.backends.pytorch.outputs import OutputPlan, flatten
-from ptserve.backends.pytorch.settings import Settings, ThreadPools
+from ptserve.backends.pytorch.settings import Settings
 from ptserve.common.errors import ServerError
 from ptserve.common.prepared import PreparedRequest
 from ptserve.config import parameters as params
@@ -118,6 +119,26 @@ def test_execution_scope_switches_and_restores_process_settings() -> None:
     assert after == before
     with settings().execution_scope():
         assert torch.is_inference_mode_enabled()
+
+
+def test_grad_mode_scopes_without_other_switches_restore_the_previous_mode() -> None:
+    """The common case enters torch's guards directly: inference mode, or grad off."""
+    inference, no_grad = settings(), settings(INFERENCE_MODE="false")
+    assert not inference.switches_modes and not no_grad.switches_modes
+    with torch.enable_grad():
+        with inference.execution_scope():
+            assert torch.is_inference_mode_enabled() and not torch.is_grad_enabled()
+        assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+        with no_grad.execution_scope():
+            assert not torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+            assert torch.ones(1, requires_grad=True).mul(2).grad_fn is None
+        assert torch.is_grad_enabled()
+        with pytest.raises(RuntimeError), no_grad.execution_scope():
+            raise RuntimeError("the model failed")
+        assert torch.is_grad_enabled()  # restored on the way out of a failure too
+    with torch.no_grad(), no_grad.execution_scope():
+        pass
+    assert torch.is_grad_enabled()
 
 
 def test_thread_pool_first_model_wins_and_later_ones_are_warned(

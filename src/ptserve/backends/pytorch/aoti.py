@@ -21,6 +21,7 @@ import torch.utils._pytree as pytree
 from ptserve.backends.base import BackendInstance, BackendModel, InstanceSpec, LoadContext
 from ptserve.backends.pytorch.binding import positional
 from ptserve.backends.pytorch.devices import Placement, SharedModules, placement_for
+from ptserve.backends.pytorch.execution import POOLS
 from ptserve.backends.pytorch.outputs import OutputPlan
 from ptserve.backends.pytorch.pt2_names import LeafMap, map_names
 from ptserve.backends.pytorch.runner import (
@@ -31,7 +32,7 @@ from ptserve.backends.pytorch.runner import (
     check_string_shapes,
     first_line,
 )
-from ptserve.backends.pytorch.settings import POOLS, Settings
+from ptserve.backends.pytorch.settings import Settings
 from ptserve.common.errors import invalid_arg
 
 log = logging.getLogger("ptserve.backends.pytorch")

@@ -24,6 +24,7 @@ from torch import nn
 from ptserve.backends.base import BackendInstance, BackendModel, InstanceSpec, LoadContext
 from ptserve.backends.pytorch.binding import positional
 from ptserve.backends.pytorch.devices import Placement, placement_for
+from ptserve.backends.pytorch.execution import POOLS
 from ptserve.backends.pytorch.outputs import OutputPlan
 from ptserve.backends.pytorch.runner import (
     COMPILE_LOCK,
@@ -34,7 +35,7 @@ from ptserve.backends.pytorch.runner import (
     first_line,
     sample_device,
 )
-from ptserve.backends.pytorch.settings import POOLS, Settings
+from ptserve.backends.pytorch.settings import Settings
 from ptserve.backends.pytorch.torchscript import TorchScriptModel
 from ptserve.common.errors import invalid_arg
 

@@ -26,8 +26,9 @@ from ptserve.backends.batch_io import batch_input_array, source_shapes
 from ptserve.backends.pytorch.binding import InputBinding
 from ptserve.backends.pytorch.convert import TorchArray, as_tensor, to_strings, to_torch
 from ptserve.backends.pytorch.devices import Placement, clean_cache, stream_scope
+from ptserve.backends.pytorch.execution import POOLS
 from ptserve.backends.pytorch.outputs import OutputPlan
-from ptserve.backends.pytorch.settings import POOLS, Settings
+from ptserve.backends.pytorch.settings import Settings
 from ptserve.common import logging_setup
 from ptserve.common.device import Data, to_host
 from ptserve.common.errors import ServerError, internal, invalid_arg
@@ -79,6 +80,7 @@ class TorchInstance(BackendInstance):
         self.call = call
         self.io = plan.io
         self.settings = plan.settings
+        self._scope = plan.settings.scope_factory()  # asked once: settings are fixed at load
         self.binding = plan.binding
         self.input_specs: dict[str, IOSpec] = {s.name: s for s in plan.io.model_inputs}
         # Batch inputs: generated per call from the batch's requests, never taken from them.
@@ -120,19 +122,11 @@ class TorchInstance(BackendInstance):
         requests = [batch[i] for i in indices]
         start = time.perf_counter_ns()
         try:
-            with stream_scope(self.placement):
-                args = self._arguments(self._gather([inputs for _, inputs in members], requests))
-                infer_start = time.perf_counter_ns()
-                times.compute_input_ns += infer_start - start
-                try:
-                    with self.settings.execution_scope():
-                        raw = self.call(*args)
-                except Exception as exc:
-                    raise internal(f"PyTorch execute failure: {_describe(exc)}") from None
-                output_start = time.perf_counter_ns()
-                times.compute_infer_ns += output_start - infer_start
-                split = self.plan.outputs.split(raw, requests)
-                del raw, args
+            if self.placement.stream is None:
+                split, output_start = self._compute(members, requests, times, start)
+            else:
+                with stream_scope(self.placement):  # (its exit waits for the stream: output time)
+                    split, output_start = self._compute(members, requests, times, start)
             for i, outputs in zip(indices, split, strict=True):
                 results[i] = outputs
             times.compute_output_ns += time.perf_counter_ns() - output_start
@@ -146,6 +140,27 @@ class TorchInstance(BackendInstance):
         finally:
             if self.settings.cache_cleaning:
                 clean_cache(self.placement)
+
+    def _compute(
+        self,
+        members: list[tuple[int, dict[str, Any]]],
+        requests: list[PreparedRequest],
+        times: ExecutionTimes,
+        start: int,
+    ) -> tuple[list[OutputMap], int]:
+        """Gather one group's inputs, call the model, split its outputs per request; returns
+        the split and when the output phase began."""
+        args = self._arguments(self._gather([inputs for _, inputs in members], requests))
+        infer_start = time.perf_counter_ns()
+        times.compute_input_ns += infer_start - start
+        try:
+            with self._scope():
+                raw = self.call(*args)
+        except Exception as exc:
+            raise internal(f"PyTorch execute failure: {_describe(exc)}") from None
+        output_start = time.perf_counter_ns()
+        times.compute_infer_ns += output_start - infer_start
+        return self.plan.outputs.split(raw, requests), output_start
 
     def _request_inputs(self, request: PreparedRequest) -> dict[str, Any]:
         """Per request: the arrays as they came, or ``List[str]`` for strings (bad strings fail

@@ -10,13 +10,13 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from ptserve.backends.pytorch.execution import grad_scope
 from ptserve.common.errors import invalid_arg
 from ptserve.config import parameters as params
 from ptserve.config.parameters import execution_timeout_ms
@@ -107,17 +107,18 @@ class Settings:
 
     def execution_scope(self) -> contextlib.AbstractContextManager[object]:
         """Grad mode, executor modes and cuDNN as this model wants them, restored afterwards."""
+        return self.scope_factory()()
+
+    def scope_factory(self) -> Callable[[], contextlib.AbstractContextManager[Any]]:
+        """What makes ``execution_scope``'s scopes: a runner asks once and calls it per batch."""
         if not self.switches_modes:  # the common case: just the grad mode
-            return torch.inference_mode() if self.inference_mode else torch.no_grad()
-        return self._switched_scope()
+            return grad_scope(self.inference_mode)
+        return self._switched_scope
 
     @contextlib.contextmanager
     def _switched_scope(self) -> Iterator[None]:
         with contextlib.ExitStack() as stack:
-            if self.inference_mode:
-                stack.enter_context(torch.inference_mode())
-            else:
-                stack.enter_context(torch.no_grad())
+            stack.enter_context(grad_scope(self.inference_mode)())
             optimize = not self.disable_optimized_execution
             previous_optimize = torch._C._get_graph_executor_optimize()
             if previous_optimize != optimize:
@@ -139,82 +140,6 @@ class Settings:
                 torch.backends.cudnn.enabled = cudnn
                 stack.callback(setattr, torch.backends.cudnn, "enabled", previous_cudnn)
             yield
-
-
-class ThreadPools:
-    """Torch's two thread pools: process-wide, so the first model to size one decides it."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.initial_intra = torch.get_num_threads()
-        self.intra: tuple[int, str] | None = None
-        self.inter: tuple[int, str] | None = None
-        self._local = threading.local()
-
-    def claim(self, model: str, settings: Settings) -> None:
-        """Apply a model's explicit pool sizes, or warn that an earlier model's size stays."""
-        with self._lock:
-            if settings.intra_op_threads is not None:
-                self.intra = self._claim_one("intra", self.intra, model, settings.intra_op_threads)
-            if settings.inter_op_threads is not None:
-                self.inter = self._claim_one("inter", self.inter, model, settings.inter_op_threads)
-
-    def _claim_one(
-        self, pool: str, current: tuple[int, str] | None, model: str, wanted: int
-    ) -> tuple[int, str] | None:
-        if current is not None:
-            if current[0] != wanted:
-                log.warning(
-                    "model '%s' asks for %s-op thread count %d, but the %s-op pool is "
-                    "process-wide and was already set to %d by model '%s'; keeping %d",
-                    model,
-                    pool,
-                    wanted,
-                    pool,
-                    current[0],
-                    current[1],
-                    current[0],
-                )
-            return current
-        if pool == "intra":
-            torch.set_num_threads(wanted)
-            return (wanted, model)
-        try:
-            torch.set_num_interop_threads(wanted)
-        except RuntimeError as exc:
-            log.warning(
-                "model '%s' asks for inter-op thread count %d, but torch refused (%s); the "
-                "inter-op pool keeps %d threads",
-                model,
-                wanted,
-                str(exc).strip().splitlines()[0],
-                torch.get_num_interop_threads(),
-            )
-            return (torch.get_num_interop_threads(), "torch")
-        return (wanted, model)
-
-    def enter_worker(self, runtime_default: int | None) -> None:
-        """Size the intra-op pool of the calling thread for the model about to run on it.
-
-        OpenMP keeps the size per thread, so each thread applies the process-wide value if a
-        model set one, else the runtime's default (1 for the Python runtime). An instance
-        thread serves one model, but the event loop runs short executions of any model
-        (direct runs), so the size is set again whenever it differs from the thread's last.
-        """
-        if self.intra is not None:
-            wanted = self.intra[0]
-        elif runtime_default is not None:
-            wanted = runtime_default
-        else:
-            wanted = self.initial_intra
-        if getattr(self._local, "size", None) == wanted:
-            return
-        self._local.size = wanted
-        if torch.get_num_threads() != wanted:
-            torch.set_num_threads(wanted)
-
-
-POOLS = ThreadPools()
 
 
 def _state(enabled: bool) -> str:

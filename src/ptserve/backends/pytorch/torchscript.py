@@ -10,6 +10,7 @@ import torch
 from ptserve.backends.base import BackendInstance, BackendModel, InstanceSpec, LoadContext
 from ptserve.backends.pytorch.binding import Argument, InputBinding, bind_inputs
 from ptserve.backends.pytorch.devices import SharedModules, placement_for
+from ptserve.backends.pytorch.execution import POOLS
 from ptserve.backends.pytorch.outputs import OutputPlan
 from ptserve.backends.pytorch.runner import (
     RunPlan,
@@ -17,7 +18,7 @@ from ptserve.backends.pytorch.runner import (
     check_string_shapes,
     first_line,
 )
-from ptserve.backends.pytorch.settings import POOLS, Settings
+from ptserve.backends.pytorch.settings import Settings
 from ptserve.common import logging_setup
 from ptserve.common.errors import invalid_arg
 

@@ -15,9 +15,9 @@ from tritonclient.grpc import service_pb2 as pb
 
 from ptserve.common import datatypes
 from ptserve.common.datatypes import DataType
-from ptserve.common.device import to_host
 from ptserve.common.errors import invalid_arg
 from ptserve.common.requests import InferRequest, InferResponse, RequestedOutput, Tensor
+from ptserve.core.server import InferenceServer
 from ptserve.core.shared_memory import SharedMemoryRegistry
 from ptserve.frontends import tensors
 from ptserve.frontends.forms import FormCache, form_of, placement, requested_output
@@ -212,6 +212,14 @@ def _put_field(out: bytearray, tag: int, data: bytes | bytearray) -> None:
     out += data
 
 
+async def answer_wire(data: bytes, server: InferenceServer, forms: FormCache) -> bytes:
+    """A unary ModelInfer from the request's bytes to the response's, compiled with the
+    conversions (the servicer's interpreted coroutine awaits it once)."""
+    registry = server.shared_memory
+    response = await server.infer(decode_wire_request(data, registry, forms))
+    return encode_wire_response(response, registry)
+
+
 def encode_wire_response(response: InferResponse, registry: SharedMemoryRegistry) -> bytes:
     """The bytes of the ModelInferResponse ``encode_response`` makes: the same fields, in field
     order, as protobuf writes them."""
@@ -234,7 +242,7 @@ def encode_wire_response(response: InferResponse, registry: SharedMemoryRegistry
             _put_varint(shape, dim)  # (never negative)
         _put_field(entry, 0x1A, shape)
         _put_field(out, 0x2A, entry)
-        raw = tensors.to_raw(to_host(tensor.data), tensor.datatype)
+        raw = tensors.to_raw(tensor.data, tensor.datatype)
         wanted = requested.get(tensor.name)
         place = wanted.placement if wanted is not None else None
         if place is not None:
@@ -383,7 +391,7 @@ def encode_response(
         entry.name = tensor.name
         entry.datatype = tensor.datatype.name
         entry.shape.extend(tensor.shape)
-        raw = tensors.to_raw(to_host(tensor.data), tensor.datatype)
+        raw = tensors.to_raw(tensor.data, tensor.datatype)
         wanted = requested.get(tensor.name)
         place = wanted.placement if wanted is not None else None
         if place is not None:

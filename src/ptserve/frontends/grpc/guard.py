@@ -45,10 +45,15 @@ class _Refused(Exception):
         self.message = message
 
 
-def _lenient(deserializer: Callable[[bytes], Any] | None, what: str) -> Callable[[bytes], Any]:
+def _lenient(
+    deserializer: Callable[[bytes], Any] | None, what: str
+) -> Callable[[bytes], Any] | None:
+    """The deserializer, answering an unparsable message with ``Unparsable``; None (the method
+    takes the message's bytes, see ``WIRE_METHODS``) stays None."""
+    if deserializer is None:
+        return None
+
     def parse(data: bytes) -> Any:
-        if deserializer is None:
-            return data
         try:
             return deserializer(data)
         except Exception as exc:  # protobuf's DecodeError, or a hand-written decoder's error
@@ -57,19 +62,16 @@ def _lenient(deserializer: Callable[[bytes], Any] | None, what: str) -> Callable
     return parse
 
 
-async def _refusal(context: Any, group: str | None, restrictions: Restrictions) -> None:
-    """Abort the call when the protocol is restricted and the metadata lacks the value."""
-    if group is None or group not in restrictions.by_group:
-        return
+def _restricted(group: str | None, restrictions: Restrictions) -> bool:
+    return group is not None and group in restrictions.by_group
+
+
+async def _refusal(context: Any, group: str, restrictions: Restrictions) -> None:
+    """Abort the call when the metadata lacks the value the restricted protocol asks for."""
     metadata = {key: value for key, value in context.invocation_metadata() or ()}
     denial = restrictions.check(group, metadata)
     if denial is not None:
         await context.abort(grpc.StatusCode.PERMISSION_DENIED, denial)
-
-
-async def _reject_unparsable(request: Any, context: Any) -> None:
-    if isinstance(request, Unparsable):
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
 
 
 def guard_handler(
@@ -78,12 +80,17 @@ def guard_handler(
     """``handler`` with a lenient deserializer and the checks run before its behaviour."""
     deserialize = _lenient(handler.request_deserializer, what)
     serialize = handler.response_serializer
+    # Checked in the handlers themselves rather than in helper coroutines: they run on every
+    # call, and each interpreted coroutine costs the request path a frame per resumption.
+    restricted = group if _restricted(group, restrictions) else None
     if handler.unary_unary is not None:
         behaviour = handler.unary_unary
 
         async def unary(request: Any, context: Any) -> Any:
-            await _refusal(context, group, restrictions)
-            await _reject_unparsable(request, context)
+            if restricted is not None:
+                await _refusal(context, restricted, restrictions)
+            if isinstance(request, Unparsable):
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
             return await behaviour(request, context)
 
         return grpc.unary_unary_rpc_method_handler(unary, deserialize, serialize)
@@ -97,7 +104,8 @@ def guard_handler(
                 yield request
 
         async def stream(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
-            await _refusal(context, group, restrictions)
+            if restricted is not None:
+                await _refusal(context, restricted, restrictions)
             try:
                 async for reply in stream_behaviour(checked(requests), context):
                     yield reply

@@ -77,22 +77,16 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         response = await self.server.infer(decoded)
         return convert.encode_response(response, self.server.shared_memory, final)
 
-    async def _infer_wire(self, data: bytes) -> bytes:
-        """``_infer`` from the request's bytes to the response's (see ``WIRE_METHODS``)."""
-        registry = self.server.shared_memory
-        response = await self.server.infer(convert.decode_wire_request(data, registry, self.forms))
-        return convert.encode_wire_response(response, registry)
-
     async def _infer_traced(
         self, request: Any, context: Any, method: str, final: bool = False
     ) -> Any:
-        """``_infer`` (``_infer_wire`` for ModelInfer's bytes) with a server span (OpenTelemetry
-        mode) that continues the client's trace when the call's metadata carries a W3C
-        ``traceparent``."""
+        """``_infer`` (``convert.answer_wire`` for ModelInfer's bytes, see ``WIRE_METHODS``)
+        with a server span (OpenTelemetry mode) that continues the client's trace when the
+        call's metadata carries a W3C ``traceparent``."""
         incoming = _incoming(context, method, self.tracer.incoming)
         try:
             if isinstance(request, bytes):
-                message = await self._infer_wire(request)
+                message = await convert.answer_wire(request, self.server, self.forms)
             else:
                 message = await self._infer(request, final)
         except BaseException as exc:
@@ -108,7 +102,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
     async def ModelInfer(self, request: bytes, context: Any) -> Any:
         if self.tracer.otel is not None:  # OpenTelemetry: this call gets a server span
             return await self._infer_traced(request, context, "ModelInfer")
-        return await self._infer_wire(request)
+        return await convert.answer_wire(request, self.server, self.forms)
 
     @api_group("inference")
     async def ModelStreamInfer(

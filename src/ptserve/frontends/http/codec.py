@@ -227,7 +227,7 @@ def encode_response(
         if place is not None:
             if shared_memory is None:
                 raise invalid_arg(f"output '{tensor.name}': shared memory is not available here")
-            raw = tensors.to_raw(to_host(tensor.data), tensor.datatype)
+            raw = tensors.to_raw(tensor.data, tensor.datatype)
             shared_memory.write(f"output '{tensor.name}'", place, raw)
             entry["parameters"] = {
                 "shared_memory_region": place.region,
@@ -236,7 +236,7 @@ def encode_response(
             if place.offset:
                 entry["parameters"]["shared_memory_offset"] = place.offset
         elif as_binary:
-            raw = tensors.to_raw(to_host(tensor.data), tensor.datatype)
+            raw = tensors.to_raw(tensor.data, tensor.datatype)
             entry["parameters"] = {"binary_data_size": len(raw)}
             binary.append(raw)
         else:

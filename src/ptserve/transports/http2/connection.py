@@ -735,7 +735,10 @@ class Connection(asyncio.Protocol):
         )
 
     def _start(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        return self._loop.create_task(coro, context=contextvars.copy_context())
+        # A Task made directly, named: the loop's create_task formats a "Task-<n>" name first.
+        return asyncio.Task(
+            coro, loop=self._loop, name="grpc-call", context=contextvars.copy_context()
+        )
 
     def _expire(self, stream: Stream) -> None:
         stream.deadline = None
