@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from typing import Any
 
 import numpy as np
 import pytest
@@ -28,6 +30,11 @@ def _config(parameters: dict[str, str]) -> str:
 
 def settings(**parameters: str) -> Settings:
     return Settings.from_config(parse_config(_config(parameters), "m"))
+
+
+def scope(s: Settings) -> contextlib.AbstractContextManager[Any]:
+    """One execution's scope, made as a runner makes it."""
+    return s.scope_factory()()
 
 
 @pytest.mark.parametrize(
@@ -104,7 +111,7 @@ def test_execution_scope_switches_and_restores_process_settings() -> None:
         torch.backends.cudnn.enabled,
         torch._C._jit_texpr_fuser_enabled(),
     )
-    with s.execution_scope():
+    with scope(s):
         assert torch._C._get_graph_executor_optimize() is False
         assert torch.backends.cudnn.enabled is False
         assert torch._C._jit_texpr_fuser_enabled() is False
@@ -117,7 +124,7 @@ def test_execution_scope_switches_and_restores_process_settings() -> None:
         torch._C._jit_texpr_fuser_enabled(),
     )
     assert after == before
-    with settings().execution_scope():
+    with scope(settings()):
         assert torch.is_inference_mode_enabled()
 
 
@@ -126,17 +133,17 @@ def test_grad_mode_scopes_without_other_switches_restore_the_previous_mode() -> 
     inference, no_grad = settings(), settings(INFERENCE_MODE="false")
     assert not inference.switches_modes and not no_grad.switches_modes
     with torch.enable_grad():
-        with inference.execution_scope():
+        with scope(inference):
             assert torch.is_inference_mode_enabled() and not torch.is_grad_enabled()
         assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
-        with no_grad.execution_scope():
+        with scope(no_grad):
             assert not torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
             assert torch.ones(1, requires_grad=True).mul(2).grad_fn is None
         assert torch.is_grad_enabled()
-        with pytest.raises(RuntimeError), no_grad.execution_scope():
+        with pytest.raises(RuntimeError), scope(no_grad):
             raise RuntimeError("the model failed")
         assert torch.is_grad_enabled()  # restored on the way out of a failure too
-    with torch.no_grad(), no_grad.execution_scope():
+    with torch.no_grad(), scope(no_grad):
         pass
     assert torch.is_grad_enabled()
 

@@ -1,8 +1,9 @@
 """The backend's parameters: parsed once at load, logged, and applied around each execution.
 
 Some torch settings are process-wide (thread pools, executor modes, cuDNN). Thread pools are
-claimed by the first model that sets them; a later model asking for a different size gets a
-warning. Executor modes and cuDNN are switched for the duration of each execution and restored.
+claimed by the first model that sets them (``execution.ThreadPools``); a later model asking for a
+different size gets a warning. Executor modes and cuDNN are switched for the duration of each
+execution and restored.
 """
 
 from __future__ import annotations
@@ -105,12 +106,9 @@ class Settings:
         if self.method != "forward":
             log.info("Method '%s' is called instead of forward %s", self.method, where)
 
-    def execution_scope(self) -> contextlib.AbstractContextManager[object]:
-        """Grad mode, executor modes and cuDNN as this model wants them, restored afterwards."""
-        return self.scope_factory()()
-
     def scope_factory(self) -> Callable[[], contextlib.AbstractContextManager[Any]]:
-        """What makes ``execution_scope``'s scopes: a runner asks once and calls it per batch."""
+        """What makes the scope each execution runs in: grad mode, executor modes and cuDNN as
+        this model wants them, restored afterwards. A runner asks once and calls it per batch."""
         if not self.switches_modes:  # the common case: just the grad mode
             return grad_scope(self.inference_mode)
         return self._switched_scope

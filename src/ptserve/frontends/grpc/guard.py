@@ -62,10 +62,6 @@ def _lenient(
     return parse
 
 
-def _restricted(group: str | None, restrictions: Restrictions) -> bool:
-    return group is not None and group in restrictions.by_group
-
-
 async def _refusal(context: Any, group: str, restrictions: Restrictions) -> None:
     """Abort the call when the metadata lacks the value the restricted protocol asks for."""
     metadata = {key: value for key, value in context.invocation_metadata() or ()}
@@ -82,7 +78,7 @@ def guard_handler(
     serialize = handler.response_serializer
     # Checked in the handlers themselves rather than in helper coroutines: they run on every
     # call, and each interpreted coroutine costs the request path a frame per resumption.
-    restricted = group if _restricted(group, restrictions) else None
+    restricted = group if group is not None and group in restrictions.by_group else None
     if handler.unary_unary is not None:
         behaviour = handler.unary_unary
 
