@@ -30,6 +30,7 @@ import csv
 import io
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -234,13 +235,24 @@ def with_server_cpu(
     server: Server, model: str, measure: Callable[[], dict[str, float]]
 ) -> dict[str, float]:
     """``measure()``'s figures, plus the server process's CPU microseconds per request answered
-    over the whole run (``cpu_us``)."""
+    over the whole run (``cpu_us``) and the load generator's (``client_cpu_us``: a server that
+    makes its client work harder, e.g. with more frames per answer, is slower under a saturated
+    client even at the same server cost)."""
     cpu, requests = process_cpu_s(server.pid), model_requests(server.http_url, model)
+    client = children_cpu_s()
     figures = measure()
+    client_after = children_cpu_s()
     cpu_after = process_cpu_s(server.pid)
-    requests_after = model_requests(server.http_url, model)
-    figures["cpu_us"] = (cpu_after - cpu) * 1e6 / max(requests_after - requests, 1)
+    answered = max(model_requests(server.http_url, model) - requests, 1)
+    figures["cpu_us"] = (cpu_after - cpu) * 1e6 / answered
+    figures["client_cpu_us"] = (client_after - client) * 1e6 / answered
     return figures
+
+
+def children_cpu_s() -> float:
+    """CPU seconds of the waited-for child processes (the load generators) so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 FLOOR_CONCURRENCY = 4
@@ -408,7 +420,8 @@ def main(argv: list[str] | None = None) -> None:
                     print(
                         f"repeat {repeat} {scenario.name} {server.name}: "
                         f"{result['throughput']:.0f} inf/s, p50 {result['p50_us']:.0f} us, "
-                        f"p99 {result['p99_us']:.0f} us, {result['cpu_us']:.1f} us CPU/request",
+                        f"p99 {result['p99_us']:.0f} us, {result['cpu_us']:.1f} us CPU/request, "
+                        f"load generator {result['client_cpu_us']:.1f} us CPU/request",
                         file=sys.stderr,
                         flush=True,
                     )
@@ -437,6 +450,7 @@ def report(
     header = ["scenario"]
     for name in names:
         header += [f"{name} inf/s", f"{name} p50/p99 us", f"{name} p99/p50", f"{name} CPU us/req"]
+        header += [f"{name} client CPU us/req"]
     header += [f"ptserve / {name}" for name in names[1:]]
     print(f"concurrency {args.concurrency}, best of {args.repeats} x {args.seconds:g} s")
     print("| " + " | ".join(header) + " |")
@@ -451,6 +465,7 @@ def report(
                 f"{b['p50_us']:.0f} / {b['p99_us']:.0f}",
                 f"{b['p99_us'] / b['p50_us']:.2f}",
                 f"{b['cpu_us']:.1f}",
+                f"{b['client_cpu_us']:.1f}",
             ]
         ptserve = bests["ptserve"]["throughput"]
         row += [f"{ptserve / bests[name]['throughput']:.2f}x" for name in names[1:]]

@@ -1,5 +1,6 @@
 """One gate in front of every RPC, health included: protocol restrictions
-(``--grpc-restricted-protocol``) and request messages that do not parse.
+(``--grpc-restricted-protocol``), request messages that do not parse, and errors out of a unary
+method turned into its status (``unary_gate``, compiled: every unary call passes through it).
 
 grpc would answer an unparsable message with UNKNOWN; wrapping each method's deserializer turns
 it into INVALID_ARGUMENT naming the message type, before any servicer code runs.
@@ -12,6 +13,7 @@ from typing import Any
 
 import grpc
 
+from ptserve.frontends.grpc.unary_gate import UnaryGate, Unparsable, refusal
 from ptserve.frontends.restrictions import Restriction, Restrictions, parse_restriction
 
 KIND = "protocol"
@@ -26,15 +28,6 @@ def parse_protocol_restriction(spec: str) -> Restriction:
 def protocol_restrictions(restrictions: list[Restriction]) -> Restrictions:
     """Raises ValueError when a protocol group is restricted twice."""
     return Restrictions(restrictions, KIND)
-
-
-class Unparsable:
-    """Stands in for a request message that failed to parse, so the guard can refuse it."""
-
-    __slots__ = ("message",)
-
-    def __init__(self, message: str) -> None:
-        self.message = message
 
 
 class _Refused(Exception):
@@ -62,33 +55,16 @@ def _lenient(
     return parse
 
 
-async def _refusal(context: Any, group: str, restrictions: Restrictions) -> None:
-    """Abort the call when the metadata lacks the value the restricted protocol asks for."""
-    metadata = {key: value for key, value in context.invocation_metadata() or ()}
-    denial = restrictions.check(group, metadata)
-    if denial is not None:
-        await context.abort(grpc.StatusCode.PERMISSION_DENIED, denial)
-
-
 def guard_handler(
-    handler: Any, what: str, group: str | None, restrictions: Restrictions
+    handler: Any, name: str, what: str, group: str | None, restrictions: Restrictions
 ) -> grpc.RpcMethodHandler:
-    """``handler`` with a lenient deserializer and the checks run before its behaviour."""
+    """Method ``name``'s ``handler`` with a lenient deserializer, the checks run before its
+    behaviour and, for a unary method, its errors turned into statuses."""
     deserialize = _lenient(handler.request_deserializer, what)
     serialize = handler.response_serializer
-    # Checked in the handlers themselves rather than in helper coroutines: they run on every
-    # call, and each interpreted coroutine costs the request path a frame per resumption.
     restricted = group if group is not None and group in restrictions.by_group else None
     if handler.unary_unary is not None:
-        behaviour = handler.unary_unary
-
-        async def unary(request: Any, context: Any) -> Any:
-            if restricted is not None:
-                await _refusal(context, restricted, restrictions)
-            if isinstance(request, Unparsable):
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
-            return await behaviour(request, context)
-
+        unary = UnaryGate(handler.unary_unary, name, restricted, restrictions)
         return grpc.unary_unary_rpc_method_handler(unary, deserialize, serialize)
     if handler.stream_stream is not None:
         stream_behaviour = handler.stream_stream
@@ -101,7 +77,7 @@ def guard_handler(
 
         async def stream(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
             if restricted is not None:
-                await _refusal(context, restricted, restrictions)
+                await refusal(context, restricted, restrictions)
             try:
                 async for reply in stream_behaviour(checked(requests), context):
                     yield reply
@@ -123,6 +99,8 @@ def guard_service(
 ) -> dict[str, grpc.RpcMethodHandler]:
     """Every method handler of a service, guarded."""
     return {
-        name: guard_handler(handler, request_types.get(name, name), groups.get(name), restrictions)
+        name: guard_handler(
+            handler, name, request_types.get(name, name), groups.get(name), restrictions
+        )
         for name, handler in handlers.items()
     }

@@ -3,6 +3,7 @@ either transport; both serve the same guarded method handlers."""
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,22 @@ def guarded_methods(server: InferenceServer, restrictions: Restrictions) -> dict
     }
 
 
+def _for_aio(handler: Any) -> Any:
+    """grpcio's server awaits a unary behaviour only where ``inspect`` calls it a coroutine
+    function (else it runs it on a thread); the compiled gate (``unary_gate.UnaryGate``) is an
+    object whose call is a coroutine, so it gets a coroutine function in front."""
+    gate = handler.unary_unary
+    if gate is None or inspect.iscoroutinefunction(gate):
+        return handler
+
+    async def unary(request: Any, context: Any) -> Any:
+        return await gate(request, context)
+
+    return grpc.unary_unary_rpc_method_handler(
+        unary, handler.request_deserializer, handler.response_serializer
+    )
+
+
 async def _start_aio(
     methods: dict[str, Any], address: str, tls: TlsFiles | None, keepalive: Keepalive
 ) -> Any:
@@ -109,7 +126,7 @@ async def _start_aio(
     by_service: dict[str, dict[str, Any]] = {}
     for path, handler in methods.items():
         service, name = path[1:].split("/")
-        by_service.setdefault(service, {})[name] = handler
+        by_service.setdefault(service, {})[name] = _for_aio(handler)
     for service, handlers in by_service.items():
         grpc_server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(service, handlers),)

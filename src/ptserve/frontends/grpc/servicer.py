@@ -17,7 +17,7 @@ from ptserve.core.shared_memory import CUDA_SHM_UNSUPPORTED
 from ptserve.core.trace_records import Incoming
 from ptserve.frontends.forms import FormCache
 from ptserve.frontends.grpc import convert, messages
-from ptserve.frontends.grpc.status import api_group, rpc
+from ptserve.frontends.grpc.status import api_group
 from ptserve.frontends.repository_api import load_parameters, unload_dependents
 
 log = logging.getLogger("ptserve.grpc")
@@ -31,7 +31,8 @@ WIRE_METHODS = frozenset(("ModelInfer",))
 
 
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
-    """Thin: decode, call the core, encode. Errors become status codes in ``status.rpc``."""
+    """Thin: decode, call the core, encode. A ServerError becomes its status code in the guard
+    (``guard.guard_handler``)."""
 
     def __init__(self, server: InferenceServer) -> None:
         self.server = server
@@ -40,33 +41,33 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
     # --- health and metadata ---------------------------------------------------------------
 
-    @rpc("health")
+    @api_group("health")
     async def ServerLive(self, request: Any, context: Any) -> Any:
         return pb.ServerLiveResponse(live=self.server.live)
 
-    @rpc("health")
+    @api_group("health")
     async def ServerReady(self, request: Any, context: Any) -> Any:
         return pb.ServerReadyResponse(ready=self.server.ready)
 
-    @rpc("health")
+    @api_group("health")
     async def ModelReady(self, request: Any, context: Any) -> Any:
         ready = self.server.model_ready(request.name, request.version)
         return pb.ModelReadyResponse(ready=ready)
 
-    @rpc("metadata")
+    @api_group("metadata")
     async def ServerMetadata(self, request: Any, context: Any) -> Any:
         return messages.server_metadata(self.server.metadata())
 
-    @rpc("metadata")
+    @api_group("metadata")
     async def ModelMetadata(self, request: Any, context: Any) -> Any:
         return messages.model_metadata(self.server.model_metadata(request.name, request.version))
 
-    @rpc("model-config")
+    @api_group("model-config")
     async def ModelConfig(self, request: Any, context: Any) -> Any:
         config = self.server.model_version(request.name, request.version).config
         return pb.ModelConfigResponse(config=config)
 
-    @rpc("statistics")
+    @api_group("statistics")
     async def ModelStatistics(self, request: Any, context: Any) -> Any:
         return messages.model_statistics(self.server.statistics(request.name, request.version))
 
@@ -98,7 +99,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         self.tracer.answered(incoming)
         return message
 
-    @rpc("inference")
+    @api_group("inference")
     async def ModelInfer(self, request: bytes, context: Any) -> Any:
         if self.tracer.otel is not None:  # OpenTelemetry: this call gets a server span
             return await self._infer_traced(request, context, "ModelInfer")
@@ -158,18 +159,18 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
     # --- repository ------------------------------------------------------------------------
 
-    @rpc("model-repository")
+    @api_group("model-repository")
     async def RepositoryIndex(self, request: Any, context: Any) -> Any:
         return messages.repository_index(self.server.repository_index(request.ready))
 
-    @rpc("model-repository")
+    @api_group("model-repository")
     async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
         parameters = convert.parameters_to_dict(request.parameters)
         config, files = load_parameters(parameters, files_as_base64=False)
         await self.server.load_model(request.model_name, config, files)
         return pb.RepositoryModelLoadResponse()
 
-    @rpc("model-repository")
+    @api_group("model-repository")
     async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
         dependents = unload_dependents(convert.parameters_to_dict(request.parameters))
         await self.server.unload_model(request.model_name, dependents)
@@ -177,40 +178,40 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
     # --- shared memory ---------------------------------------------------------------------
 
-    @rpc("shared-memory")
+    @api_group("shared-memory")
     async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
         return messages.system_shm_status(self.server.shared_memory.status(request.name))
 
-    @rpc("shared-memory")
+    @api_group("shared-memory")
     async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
         self.server.shared_memory.register(
             request.name, request.key, request.offset, request.byte_size
         )
         return pb.SystemSharedMemoryRegisterResponse()
 
-    @rpc("shared-memory")
+    @api_group("shared-memory")
     async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
         self.server.shared_memory.unregister(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
-    @rpc("shared-memory")
+    @api_group("shared-memory")
     async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
         if request.name:
             raise unsupported(CUDA_SHM_UNSUPPORTED)
         return pb.CudaSharedMemoryStatusResponse()
 
-    @rpc("shared-memory")
+    @api_group("shared-memory")
     async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
         raise unsupported(CUDA_SHM_UNSUPPORTED)
 
-    @rpc("shared-memory")
+    @api_group("shared-memory")
     async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
         # Nothing can be registered, so unregistering (all, or a name) has nothing to do.
         return pb.CudaSharedMemoryUnregisterResponse()
 
     # --- settings --------------------------------------------------------------------------
 
-    @rpc("trace")
+    @api_group("trace")
     async def TraceSetting(self, request: Any, context: Any) -> Any:
         if request.settings:
             changes = messages.trace_settings_request(request.settings)
@@ -219,7 +220,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             settings = self.server.get_trace_settings(request.model_name)
         return messages.trace_settings_response(settings)
 
-    @rpc("logging")
+    @api_group("logging")
     async def LogSettings(self, request: Any, context: Any) -> Any:
         if request.settings:
             changes = messages.log_settings_request(request.settings)
