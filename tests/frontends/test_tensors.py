@@ -73,3 +73,43 @@ def test_wire_bytes_of_device_data_are_copied_home_once() -> None:
     strings = np.array([b"a", b"bc"], dtype=object)
     raw = tensors.to_raw(Remote(strings), datatypes.BYTES)
     assert bytes(raw) == b"\x01\x00\x00\x00a\x02\x00\x00\x00bc"
+
+
+NUMERIC = ["FP32", "FP64", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16"]
+
+
+@pytest.mark.parametrize("name", [*NUMERIC, "UINT32", "UINT64"])
+def test_flat_numbers_decode_as_numpy_converts_them(name: str) -> None:
+    """Flat lists are packed without numpy's per-element discovery: same values, same type."""
+    values: list[object] = [0, 1, 2, 3, 100, 7] if name[0] == "U" else [-3, 0, 1, 2, 100, -7]
+    if name.startswith("FP"):
+        values = [0.1, -2.5, 3, 1e-3, 65504.0, 7]
+    got = tensors.from_json("x", values, dt(name), (2, 3))
+    expected = np.array(values).astype(dt(name).numpy).reshape(2, 3)
+    assert got.dtype == expected.dtype
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize(
+    ("data", "name", "message"),
+    [
+        ([1.0, "a"], "FP32", "FP32 data must be numbers"),
+        ([1.0, None], "FP32", "FP32 data must be numbers"),
+        ([1, 2**40], "INT32", "value 1099511627776 is out of range for INT32"),
+        ([1, 1.5], "INT32", "INT32 data must be integers"),
+        ([0, -1], "UINT8", "value -1 is out of range for UINT8"),
+        ([1.0, [2.0]], "FP32", "not a regular array"),
+        ([True, False], "FP32", "FP32 data must be numbers"),
+    ],
+)
+def test_values_that_do_not_pack_get_the_full_check(
+    data: list[object], name: str, message: str
+) -> None:
+    with pytest.raises(ServerError, match=message):
+        tensors.from_json("x", data, dt(name), (len(data),))
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
+def test_packed_values_beyond_fp32_are_infinite_as_before() -> None:
+    got = tensors.from_json("x", [1.0, 1e39], dt("FP32"), (2,))
+    assert got[0] == 1.0 and np.isinf(got[1])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,16 @@ from ptserve.common.errors import invalid_arg
 # More elements than any real tensor has; a shape beyond it (even one with a zero dimension)
 # would make numpy raise instead of the decoder answering the client.
 MAX_ELEMENTS = 2**48
+
+# JSON numbers packed straight into a tensor's bytes (``_packed``): the struct format letter of
+# each numeric datatype, at standard sizes in the machine's byte order (numpy's native order).
+_PACK_CODES = {
+    "FP32": "f", "FP64": "d",
+    "INT8": "b", "INT16": "h", "INT32": "i", "INT64": "q",
+    "UINT8": "B", "UINT16": "H", "UINT32": "I", "UINT64": "Q",
+}  # fmt: skip
+_PACKERS: dict[tuple[str, int], struct.Struct] = {}
+_MAX_PACKERS = 256  # (datatype, count) pairs kept; a client's varying shapes cannot grow it
 
 
 def check_shape(name: str, shape: Any) -> tuple[int, ...]:
@@ -90,6 +101,9 @@ def from_json(name: str, data: Any, dt: DataType, shape: tuple[int, ...]) -> np.
         )
     if not isinstance(data, list):
         data = [data]
+    packed = _packed(data, dt, count)
+    if packed is not None:
+        return packed.reshape(shape)
     try:
         values = np.array(data)
     except (ValueError, OverflowError) as exc:
@@ -115,6 +129,27 @@ def from_json(name: str, data: Any, dt: DataType, shape: tuple[int, ...]) -> np.
     elif kind not in "iuf":
         raise _type_error(name, dt, values)
     return values.astype(dt.numpy).reshape(shape)
+
+
+def _packed(data: list[Any], dt: DataType, count: int) -> np.ndarray | None:
+    """A flat list of numbers as the tensor, packed by ``struct`` (a third of numpy's time on
+    a 3,072-value image: numpy first works out each element's type and the list's shape);
+    None where the list does not pack as it stands (nested, a value of another kind or out of
+    range, a list of bools), for ``from_json`` to convert or to say what is wrong with it."""
+    code = _PACK_CODES.get(dt.name)
+    if code is None or len(data) != count or not count or type(data[0]) is bool:
+        return None
+    key = (code, count)
+    packer = _PACKERS.get(key)
+    if packer is None:
+        if len(_PACKERS) >= _MAX_PACKERS:
+            _PACKERS.clear()
+        packer = _PACKERS[key] = struct.Struct(f"={count}{code}")
+    try:
+        raw = packer.pack(*data)
+    except (struct.error, OverflowError, TypeError):
+        return None
+    return np.frombuffer(raw, dtype=dt.numpy)
 
 
 def check_integer_range(name: str, dt: DataType, values: np.ndarray) -> None:
