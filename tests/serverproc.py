@@ -16,9 +16,20 @@ from pathlib import Path
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports: each socket stays bound until all are picked, so the
+    kernel cannot hand the same port out twice (a server's own ports would then clash)."""
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 class ServerProcess:
@@ -32,9 +43,7 @@ class ServerProcess:
     ) -> None:
         self.repositories = list(repositories)
         self.args = list(args)
-        self.http_port = free_port()
-        self.grpc_port = free_port()
-        self.metrics_port = free_port()
+        self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
         self.env = dict(os.environ, **(env or {}))
         self.env.setdefault("OMP_NUM_THREADS", "1")
         self.log_file = tempfile.NamedTemporaryFile(  # noqa: SIM115 - lives as long as the process

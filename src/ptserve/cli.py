@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from ptserve.common import logging_setup
-from ptserve.common.collector import space_out_collections
 from ptserve.common.errors import ServerError
 from ptserve.common.host_memory import retain_freed_memory
 from ptserve.common.loops import DEFAULT_IDLE_POLL_US, MAX_IDLE_POLL_US
@@ -614,7 +613,6 @@ def main(argv: list[str] | None = None) -> int:
     _warn_strict_model_config(args)
     if args.retain_host_memory:
         retain_freed_memory()
-    space_out_collections()
     try:
         import uvloop
 
