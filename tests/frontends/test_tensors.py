@@ -88,6 +88,9 @@ def test_flat_numbers_decode_as_numpy_converts_them(name: str) -> None:
     expected = np.array(values).astype(dt(name).numpy).reshape(2, 3)
     assert got.dtype == expected.dtype
     np.testing.assert_array_equal(got, expected)
+    packed = tensors._packed(values, dt(name), 6)  # the list took the packing path
+    assert packed is not None
+    np.testing.assert_array_equal(packed, expected.reshape(-1))
 
 
 @pytest.mark.parametrize(
@@ -105,6 +108,7 @@ def test_flat_numbers_decode_as_numpy_converts_them(name: str) -> None:
 def test_values_that_do_not_pack_get_the_full_check(
     data: list[object], name: str, message: str
 ) -> None:
+    assert tensors._packed(data, dt(name), len(data)) is None
     with pytest.raises(ServerError, match=message):
         tensors.from_json("x", data, dt(name), (len(data),))
 

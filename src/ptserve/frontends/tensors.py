@@ -16,13 +16,7 @@ from ptserve.common.errors import invalid_arg
 # would make numpy raise instead of the decoder answering the client.
 MAX_ELEMENTS = 2**48
 
-# JSON numbers packed straight into a tensor's bytes (``_packed``): the struct format letter of
-# each numeric datatype, at standard sizes in the machine's byte order (numpy's native order).
-_PACK_CODES = {
-    "FP32": "f", "FP64": "d",
-    "INT8": "b", "INT16": "h", "INT32": "i", "INT64": "q",
-    "UINT8": "B", "UINT16": "H", "UINT32": "I", "UINT64": "Q",
-}  # fmt: skip
+# JSON numbers packed straight into a tensor's bytes (``_packed``), by datatype and count.
 _PACKERS: dict[tuple[str, int], struct.Struct] = {}
 _MAX_PACKERS = 256  # (datatype, count) pairs kept; a client's varying shapes cannot grow it
 
@@ -136,15 +130,16 @@ def _packed(data: list[Any], dt: DataType, count: int) -> np.ndarray | None:
     a 3,072-value image: numpy first works out each element's type and the list's shape);
     None where the list does not pack as it stands (nested, a value of another kind or out of
     range, a list of bools), for ``from_json`` to convert or to say what is wrong with it."""
-    code = _PACK_CODES.get(dt.name)
-    if code is None or len(data) != count or not count or type(data[0]) is bool:
+    if dt.json_kind == "bool" or len(data) != count or not count or type(data[0]) is bool:
         return None
-    key = (code, count)
+    key = (dt.name, count)
     packer = _PACKERS.get(key)
     if packer is None:
         if len(_PACKERS) >= _MAX_PACKERS:
             _PACKERS.clear()
-        packer = _PACKERS[key] = struct.Struct(f"={count}{code}")
+        # numpy's type character names the C type, which struct's native mode ("@") packs
+        code = np.dtype(dt.numpy).char
+        packer = _PACKERS[key] = struct.Struct(f"@{count}{code}")
     try:
         raw = packer.pack(*data)
     except (struct.error, OverflowError, TypeError):

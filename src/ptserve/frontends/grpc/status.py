@@ -1,6 +1,6 @@
 """ServerError → gRPC status, from the core's single error table; the API group of each RPC
-(what ``--grpc-restricted-protocol`` names), declared where the RPC is. The guard
-(``guard.guard_handler``) applies both to every call."""
+(what ``--grpc-restricted-protocol`` names), declared where the RPC is. The guard applies the
+restriction to every call and the status to every unary call's error (``unary_gate``)."""
 
 from __future__ import annotations
 
