@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 
-DEFAULT_IDLE_POLL_US = 200  # see IdlePoll
+DEFAULT_IDLE_POLL_US = 500  # see IdlePoll
 MAX_IDLE_POLL_US = 10_000
 
 _LOOPS: dict[int, asyncio.AbstractEventLoop] = {}  # thread ident -> the loop it last ran

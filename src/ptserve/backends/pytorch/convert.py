@@ -30,7 +30,7 @@ def to_torch(array: np.ndarray, datatype: DataType) -> torch.Tensor:
 
 def to_numpy(tensor: torch.Tensor) -> np.ndarray:
     """The tensor's data on the CPU as numpy (BF16 as its uint16 bit pattern)."""
-    if tensor.device.type != "cpu":
+    if not tensor.is_cpu:
         tensor = tensor.cpu()
     if not tensor.is_contiguous():
         tensor = tensor.contiguous()

@@ -125,7 +125,8 @@ class OutputPlan:
                 f"configuration expects datatype {spec.datatype.config_name} for output "
                 f"'{name}', model provides {provided_name}"
             )
-        value = value.detach()
+        if value.requires_grad:
+            value = value.detach()
         if name in self.scattered:
             source, template = self.scattered[name]
             shapes = source_shapes(source, requests, f"batch output '{name}'")
@@ -141,7 +142,7 @@ class OutputPlan:
             self._check_reshape(name, shape, total)
         # Only a result left on a device is asked which requests brought device inputs, so a
         # batch of host requests (every wire request) pays nothing for device data.
-        stays = value.device.type != "cpu" and name not in self.host_only
+        stays = not value.is_cpu and name not in self.host_only
         keep = [_device_inputs(r) for r in requests] if stays else [False] * len(requests)
         # One copy to the host for the whole batch, only when some request wants numpy.
         array = to_numpy(value) if not all(keep) else None
