@@ -278,6 +278,23 @@ def test_dict_results_are_mapped_by_name_and_lists_flattened() -> None:
     assert len(flatten(nested)) == 3 and flatten(nested)[2] == ["x", "y"]
 
 
+def test_results_that_require_grad_are_split_like_any_other() -> None:
+    """A model may return a parameter, or compute with grad on: its results still reach
+    numpy (which refuses a tensor that requires grad) with their values."""
+    plan = _plan('output { name: "O" data_type: TYPE_FP32 dims: [1] }')
+    weight = torch.nn.Parameter(torch.tensor([[1.0], [2.0], [3.0]]))
+    computed = weight * 2
+    assert weight.requires_grad and computed.grad_fn is not None
+    for raw, first, rest in (
+        (weight, [[1.0]], [[2.0], [3.0]]),
+        (computed, [[2.0]], [[4.0], [6.0]]),
+    ):
+        parts = plan.split(raw, [_request(1, ("O",)), _request(2, ("O",))])
+        np.testing.assert_array_equal(parts[0]["O"], first)
+        np.testing.assert_array_equal(parts[1]["O"], rest)
+    assert weight.requires_grad  # the model's own parameter is left as it was
+
+
 def test_output_errors() -> None:
     plan = _plan('output { name: "O" data_type: TYPE_FP32 dims: [1] }')
     with pytest.raises(ServerError, match="expects datatype TYPE_FP32 for output 'O', model "):
