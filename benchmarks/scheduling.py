@@ -15,7 +15,10 @@ Both sides compute on the same values: 64 seeded normal samples, sent in turn by
 (``--input-data``) and wrk, of which the in-process baseline's batch holds 32. The baseline
 calls the same TorchScript file at batch 32 on core 0, as a plain process and with ptserve's host
 memory setting (``--retain-host-memory``, on by default), which speeds the model itself up: the
-second ratio is the serving overhead alone. Each row gives the server's CPU time per request.
+second ratio is the serving overhead alone. Each row gives the server's CPU time per request,
+how busy each core was, and which side held the throughput down: a row "bound by" the client
+had a load generator using its whole core while the server had time to spare, so its ratio
+says how much work each server makes for that client, not what the server can do.
 ``--floor`` adds the canned-answer server (``benchmarks.floor_server``: a few lines of uvloop and
 httptools that answer every infer request from memory): what any Python server on this core
 spends per request before it does anything.
@@ -240,13 +243,32 @@ def with_server_cpu(
     client even at the same server cost)."""
     cpu, requests = process_cpu_s(server.pid), model_requests(server.http_url, model)
     client = children_cpu_s()
+    start = time.monotonic()
     figures = measure()
+    wall = max(time.monotonic() - start, 1e-9)
     client_after = children_cpu_s()
     cpu_after = process_cpu_s(server.pid)
     answered = max(model_requests(server.http_url, model) - requests, 1)
     figures["cpu_us"] = (cpu_after - cpu) * 1e6 / answered
     figures["client_cpu_us"] = (client_after - client) * 1e6 / answered
+    figures["server_busy"] = (cpu_after - cpu) / wall
+    figures["client_busy"] = (client_after - client) / wall
     return figures
+
+
+# A core this busy has no time left: the side that reaches it first sets the throughput.
+SATURATED = 0.95
+
+
+def bound_by(figures: dict[str, float]) -> str:
+    """Which side held the throughput down: the load generator, when it used its whole core
+    and the server did not (then the row measures the client, and a ratio between servers
+    says only how much work each makes for it), else the server."""
+    if figures["client_busy"] >= SATURATED and figures["server_busy"] < SATURATED:
+        return "client"
+    if figures["server_busy"] >= SATURATED:
+        return "server"
+    return "neither"
 
 
 def children_cpu_s() -> float:
@@ -421,7 +443,9 @@ def main(argv: list[str] | None = None) -> None:
                         f"repeat {repeat} {scenario.name} {server.name}: "
                         f"{result['throughput']:.0f} inf/s, p50 {result['p50_us']:.0f} us, "
                         f"p99 {result['p99_us']:.0f} us, {result['cpu_us']:.1f} us CPU/request, "
-                        f"load generator {result['client_cpu_us']:.1f} us CPU/request",
+                        f"load generator {result['client_cpu_us']:.1f} us CPU/request; "
+                        f"cores busy: server {result['server_busy']:.0%}, "
+                        f"load generator {result['client_busy']:.0%}",
                         file=sys.stderr,
                         flush=True,
                     )
@@ -450,7 +474,7 @@ def report(
     header = ["scenario"]
     for name in names:
         header += [f"{name} inf/s", f"{name} p50/p99 us", f"{name} p99/p50", f"{name} CPU us/req"]
-        header += [f"{name} client CPU us/req"]
+        header += [f"{name} client CPU us/req", f"{name} busy server/client", f"{name} bound by"]
     header += [f"ptserve / {name}" for name in names[1:]]
     print(f"concurrency {args.concurrency}, best of {args.repeats} x {args.seconds:g} s")
     print("| " + " | ".join(header) + " |")
@@ -466,6 +490,8 @@ def report(
                 f"{b['p99_us'] / b['p50_us']:.2f}",
                 f"{b['cpu_us']:.1f}",
                 f"{b['client_cpu_us']:.1f}",
+                f"{b['server_busy']:.0%} / {b['client_busy']:.0%}",
+                bound_by(b),
             ]
         ptserve = bests["ptserve"]["throughput"]
         row += [f"{ptserve / bests[name]['throughput']:.2f}x" for name in names[1:]]
