@@ -8,7 +8,7 @@ GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 
 .PHONY: browser-tools test-browser
-.PHONY: install install-test serve test lint typecheck examples bench clean system-tools image \
+.PHONY: install install-test serve test lint typecheck examples bench bench-tools clean system-tools image \
 	image-tools test-image
 
 $(BIN)/python:
@@ -71,6 +71,16 @@ system-tools:
 	@missing=""; \
 	[ -x /usr/sbin/haproxy ] || command -v haproxy >/dev/null || missing="$$missing haproxy"; \
 	command -v kubectl >/dev/null || missing="$$missing kubernetes-client"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing$$missing"; apt-get update -q && $(APT_INSTALL) $$missing; \
+	fi
+
+# The load generators of benchmarks.scheduling besides perf_analyzer: wrk (HTTP/1.1) and
+# h2load (HTTP/2, from nghttp2-client), installed with apt-get where missing.
+bench-tools:
+	@missing=""; \
+	command -v wrk >/dev/null || missing="$$missing wrk"; \
+	command -v h2load >/dev/null || missing="$$missing nghttp2-client"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing$$missing"; apt-get update -q && $(APT_INSTALL) $$missing; \
 	fi

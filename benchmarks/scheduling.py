@@ -7,7 +7,9 @@ Every server runs on core 0 (``taskset``), the load generator on core 1, torch a
 and one inter-op thread (config parameters both servers read). Models: ``<model>_batched`` (max
 batch 32, 1 ms delay, one CPU instance) and ``mlp_plain`` (no batching). Each scenario is one
 model asked one way at ``--concurrency``: perf_analyzer with binary tensors, with JSON tensors
-(``--input-tensor-format json``), over gRPC, or wrk posting v2 JSON bodies. ``--peer triton``
+(``--input-tensor-format json``), over gRPC, wrk posting v2 JSON bodies, or h2load sending
+gRPC ModelInfer messages (wrk and h2load cost their core a fraction of what perf_analyzer does,
+so their rows are the ones where the server's core runs out first). ``--peer triton``
 starts Triton with its LibTorch backend on the same repository (see ``benchmarks.peers``); the
 servers are measured in turn within each repeat, and the best of ``--repeats`` is compared.
 
@@ -224,6 +226,79 @@ def _wrk_us(text: str) -> float:
     raise ValueError(f"unknown wrk latency {text!r}")
 
 
+GRPC_INFER_PATH = "/inference.GRPCInferenceService/ModelInfer"
+
+
+def grpc_infer_message(model: str, kind: str) -> bytes:
+    """One ModelInfer request as it goes on the wire (gRPC's 5-byte prefix, then the protobuf),
+    with the first sample as raw input contents, as perf_analyzer sends binary tensors."""
+    from tritonclient.grpc import service_pb2 as pb
+
+    request = pb.ModelInferRequest(model_name=model)
+    tensor = request.inputs.add()
+    tensor.name, tensor.datatype = "INPUT__0", "FP32"
+    tensor.shape.extend([1, *SHAPES[kind]])
+    request.raw_input_contents.append(samples(kind)[0].tobytes())
+    request.outputs.add().name = "OUTPUT__0"
+    message = request.SerializeToString()
+    return b"\0" + len(message).to_bytes(4, "big") + message
+
+
+def check_grpc_message(url: str, message: bytes) -> None:
+    """The message answered OK by a real gRPC client first: h2load sees HTTP statuses only, and
+    a gRPC error comes back as HTTP 200 with its status in the trailers."""
+    import grpc
+    from tritonclient.grpc import service_pb2 as pb
+
+    with grpc.insecure_channel(url) as channel:
+        call = channel.unary_unary(GRPC_INFER_PATH)
+        answer = pb.ModelInferResponse.FromString(call(message[5:], timeout=30))
+    if not answer.raw_output_contents:
+        raise RuntimeError(f"the ModelInfer message got an answer without outputs: {answer}")
+
+
+def h2load(
+    url: str, http_url: str, model: str, concurrency: int, seconds: float, core: int, kind: str
+) -> dict[str, float]:
+    """h2load (nghttp2's HTTP/2 load generator) sending one ModelInfer message over 4
+    connections: a gRPC client that costs a fraction of perf_analyzer's CPU per request, as wrk
+    is for HTTP/1.1. Each answer must be a success the model counted."""
+    message = grpc_infer_message(model, kind)
+    check_grpc_message(url, message)
+    connections = 4 if concurrency % 4 == 0 else 1
+    with tempfile.TemporaryDirectory() as folder:
+        body, log = Path(folder) / "body", Path(folder) / "log"
+        body.write_bytes(message)
+        command = [
+            "taskset", "-c", str(core), "h2load", "-c", str(connections),
+            "-m", str(concurrency // connections), "-D", str(max(int(seconds), 1)),
+            "-d", str(body), "-H", "content-type: application/grpc", "-H", "te: trailers",
+            "--log-file", str(log), f"http://{url}{GRPC_INFER_PATH}",
+        ]  # fmt: skip
+        before = model_requests(http_url, model)
+        output = subprocess.run(
+            command, check=True, capture_output=True, text=True, timeout=seconds + 60
+        ).stdout
+        counted = model_requests(http_url, model) - before
+        rows = [line.split("\t") for line in log.read_text().splitlines() if line]
+    ok = [int(row[2]) for row in rows if row[1] == "200"]
+    if len(ok) != len(rows) or counted < len(ok):
+        raise RuntimeError(
+            f"h2load: {len(rows) - len(ok)} answers were not HTTP 200 and the model counted "
+            f"{counted} successes for {len(ok)} answers:\n{output}"
+        )
+    ok.sort()
+    throughput = 0.0
+    for line in output.splitlines():
+        if line.startswith("finished in"):
+            throughput = float(line.split(",")[1].split()[0])
+    return {
+        "throughput": throughput,
+        "p50_us": float(ok[len(ok) // 2]),
+        "p99_us": float(ok[min(len(ok) - 1, len(ok) * 99 // 100)]),
+    }
+
+
 def get_json(url: str, path: str) -> Any:
     with urllib.request.urlopen(f"http://{url}{path}", timeout=10) as reply:
         return json.loads(reply.read())
@@ -359,7 +434,7 @@ class Scenario:
 
     name: str
     model: str
-    generator: str  # "perf_analyzer" or "wrk"
+    generator: str  # "perf_analyzer", "wrk" or "h2load"
     protocol: str = "http"
     tensor_format: str = "binary"
 
@@ -373,6 +448,7 @@ SCENARIOS = (
     Scenario("mlp json", "mlp_batched", "perf_analyzer", tensor_format="json"),
     Scenario("mlp grpc", "mlp_batched", "perf_analyzer", protocol="grpc"),
     Scenario("mlp wrk json", "mlp_batched", "wrk"),
+    Scenario("mlp h2load grpc", "mlp_batched", "h2load", protocol="grpc"),
     Scenario("cnn binary", "cnn_batched", "perf_analyzer"),
     Scenario("cnn json", "cnn_batched", "perf_analyzer", tensor_format="json"),
     Scenario("cnn grpc", "cnn_batched", "perf_analyzer", protocol="grpc"),
@@ -388,6 +464,11 @@ def measure(
             return wrk(
                 server.http_url, scenario.model, args.concurrency, args.seconds, 1, scenario.kind
             )
+        if scenario.generator == "h2load":
+            return h2load(
+                server.grpc_url, server.http_url, scenario.model, args.concurrency, args.seconds,
+                1, scenario.kind,
+            )  # fmt: skip
         url = server.grpc_url if scenario.protocol == "grpc" else server.http_url
         return perf_analyzer(
             binary, url, scenario.model, args.concurrency, args.seconds, 1, data[scenario.kind],
