@@ -7,9 +7,10 @@ Every server runs on core 0 (``taskset``), the load generator on core 1, torch a
 and one inter-op thread (config parameters both servers read). Models: ``<model>_batched`` (max
 batch 32, 1 ms delay, one CPU instance) and ``mlp_plain`` (no batching). Each scenario is one
 model asked one way at ``--concurrency``: perf_analyzer with binary tensors, with JSON tensors
-(``--input-tensor-format json``), over gRPC, wrk posting v2 JSON bodies, or h2load sending
-gRPC ModelInfer messages (wrk and h2load cost their core a fraction of what perf_analyzer does,
-so their rows are the ones where the server's core runs out first). ``--peer triton``
+(``--input-tensor-format json``), over gRPC, wrk posting v2 JSON or binary-tensor bodies, or
+h2load sending gRPC ModelInfer messages (wrk and h2load cost their core a fraction of what
+perf_analyzer does, so their rows are the ones where the server's core runs out first). ``--peer
+triton``
 starts Triton with its LibTorch backend on the same repository (see ``benchmarks.peers``); the
 servers are measured in turn within each repeat, and the best of ``--repeats`` is compared.
 
@@ -176,26 +177,55 @@ def perf_analyzer(
 
 WRK_SCRIPT = """
 local bodies = {BODIES}
+local headers = {HEADERS}
 local next_body = 0
 request = function()
   next_body = next_body % #bodies + 1
-  return wrk.format("POST", nil, {["Content-Type"] = "application/json"}, bodies[next_body])
+  return wrk.format("POST", nil, headers, bodies[next_body])
 end
 """
 
 
+def _lua_string(data: bytes) -> str:
+    """``data`` as a Lua string literal (decimal escapes: any byte, binary included)."""
+    return '"' + "".join(f"\\{byte}" for byte in data) + '"'
+
+
 def wrk(
-    url: str, model: str, concurrency: int, seconds: float, core: int, kind: str
+    url: str,
+    model: str,
+    concurrency: int,
+    seconds: float,
+    core: int,
+    kind: str,
+    tensor_format: str = "json",
 ) -> dict[str, float]:
-    """wrk posting the samples as v2 JSON bodies in turn; any answer but 200 fails the run."""
-    bodies = [
-        json.dumps(
-            {"inputs": [{"name": "INPUT__0", "shape": [1, *SHAPES[kind]], "datatype": "FP32",
-                         "data": one.ravel().tolist()}]}
-        )
-        for one in samples(kind)
-    ]  # fmt: skip
-    lua = WRK_SCRIPT.replace("{BODIES}", "{" + ", ".join(json.dumps(b) for b in bodies) + "}")
+    """wrk posting the samples in turn, as v2 JSON bodies or (``binary``) as the binary tensor
+    extension's JSON header and raw bytes; any answer but 200 fails the run."""
+    shape = [1, *SHAPES[kind]]
+    if tensor_format == "binary":
+        header = json.dumps(
+            {"inputs": [{"name": "INPUT__0", "shape": shape, "datatype": "FP32",
+                         "parameters": {"binary_data_size": 4 * int(np.prod(shape))}}],
+             "outputs": [{"name": "OUTPUT__0", "parameters": {"binary_data": True}}]}
+        ).encode()  # fmt: skip
+        bodies = [header + one.tobytes() for one in samples(kind)]
+        fields = {
+            "Content-Type": "application/octet-stream",
+            "Inference-Header-Content-Length": str(len(header)),
+        }
+    else:
+        bodies = [
+            json.dumps(
+                {"inputs": [{"name": "INPUT__0", "shape": shape, "datatype": "FP32",
+                             "data": one.ravel().tolist()}]}
+            ).encode()
+            for one in samples(kind)
+        ]  # fmt: skip
+        fields = {"Content-Type": "application/json"}
+    lua = WRK_SCRIPT.replace(
+        "{BODIES}", "{" + ", ".join(_lua_string(b) for b in bodies) + "}"
+    ).replace("{HEADERS}", "{" + ", ".join(f'["{k}"] = "{v}"' for k, v in fields.items()) + "}")
     with tempfile.NamedTemporaryFile("w", suffix=".lua") as script:
         script.write(lua)
         script.flush()
@@ -447,7 +477,8 @@ SCENARIOS = (
     Scenario("mlp binary", "mlp_batched", "perf_analyzer"),
     Scenario("mlp json", "mlp_batched", "perf_analyzer", tensor_format="json"),
     Scenario("mlp grpc", "mlp_batched", "perf_analyzer", protocol="grpc"),
-    Scenario("mlp wrk json", "mlp_batched", "wrk"),
+    Scenario("mlp wrk json", "mlp_batched", "wrk", tensor_format="json"),
+    Scenario("mlp wrk binary", "mlp_batched", "wrk"),
     Scenario("mlp h2load grpc", "mlp_batched", "h2load", protocol="grpc"),
     Scenario("cnn binary", "cnn_batched", "perf_analyzer"),
     Scenario("cnn json", "cnn_batched", "perf_analyzer", tensor_format="json"),
@@ -462,8 +493,9 @@ def measure(
     def run() -> dict[str, float]:
         if scenario.generator == "wrk":
             return wrk(
-                server.http_url, scenario.model, args.concurrency, args.seconds, 1, scenario.kind
-            )
+                server.http_url, scenario.model, args.concurrency, args.seconds, 1, scenario.kind,
+                scenario.tensor_format,
+            )  # fmt: skip
         if scenario.generator == "h2load":
             return h2load(
                 server.grpc_url, server.http_url, scenario.model, args.concurrency, args.seconds,
