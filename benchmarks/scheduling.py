@@ -288,13 +288,12 @@ def check_grpc_message(url: str, message: bytes) -> None:
 
 
 def h2load(
-    url: str, http_url: str, model: str, concurrency: int, seconds: float, core: int, kind: str
+    url: str, http_url: str, model: str, message: bytes, concurrency: int, seconds: float, core: int
 ) -> dict[str, float]:
-    """h2load (nghttp2's HTTP/2 load generator) sending one ModelInfer message over 4
-    connections: a gRPC client that costs a fraction of perf_analyzer's CPU per request, as wrk
-    is for HTTP/1.1. Each answer must be a success the model counted."""
-    message = grpc_infer_message(model, kind)
-    check_grpc_message(url, message)
+    """h2load (nghttp2's HTTP/2 load generator) sending one ModelInfer ``message`` (see
+    ``check_grpc_message``) over 4 connections: a gRPC client that costs a fraction of
+    perf_analyzer's CPU per request, as wrk is for HTTP/1.1. Each answer must be a success the
+    model counted."""
     connections = 4 if concurrency % 4 == 0 else 1
     with tempfile.TemporaryDirectory() as folder:
         body, log = Path(folder) / "body", Path(folder) / "log"
@@ -490,6 +489,11 @@ SCENARIOS = (
 def measure(
     scenario: Scenario, server: Server, binary: str, args: argparse.Namespace, data: dict[str, Path]
 ) -> dict[str, float]:
+    message = b""
+    if scenario.generator == "h2load":  # checked before the measurement, not in it
+        message = grpc_infer_message(scenario.model, scenario.kind)
+        check_grpc_message(server.grpc_url, message)
+
     def run() -> dict[str, float]:
         if scenario.generator == "wrk":
             return wrk(
@@ -498,8 +502,8 @@ def measure(
             )  # fmt: skip
         if scenario.generator == "h2load":
             return h2load(
-                server.grpc_url, server.http_url, scenario.model, args.concurrency, args.seconds,
-                1, scenario.kind,
+                server.grpc_url, server.http_url, scenario.model, message, args.concurrency,
+                args.seconds, 1,
             )  # fmt: skip
         url = server.grpc_url if scenario.protocol == "grpc" else server.http_url
         return perf_analyzer(
