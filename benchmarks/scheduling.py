@@ -9,19 +9,20 @@ batch 32, 1 ms delay, one CPU instance) and ``mlp_plain`` (no batching). Each sc
 model asked one way at ``--concurrency``: perf_analyzer with binary tensors, with JSON tensors
 (``--input-tensor-format json``), over gRPC, wrk posting v2 JSON or binary-tensor bodies, or
 h2load sending gRPC ModelInfer messages (wrk and h2load cost their core a fraction of what
-perf_analyzer does, so their rows are the ones where the server's core runs out first). ``--peer
-triton``
-starts Triton with its LibTorch backend on the same repository (see ``benchmarks.peers``); the
-servers are measured in turn within each repeat, and the best of ``--repeats`` is compared.
+perf_analyzer does, so their rows are the ones where the server's core runs out first).
+``--peer triton`` starts Triton with its LibTorch backend on the same repository (see
+``benchmarks.peers``); the servers are measured in turn within each repeat, and the best of
+``--repeats`` is compared.
 
 Both sides compute on the same values: 64 seeded normal samples, sent in turn by perf_analyzer
-(``--input-data``) and wrk, of which the in-process baseline's batch holds 32. The baseline
-calls the same TorchScript file at batch 32 on core 0, as a plain process and with ptserve's host
-memory setting (``--retain-host-memory``, on by default), which speeds the model itself up: the
-second ratio is the serving overhead alone. Each row gives the server's CPU time per request,
-how busy each core was, and which side held the throughput down: a row "bound by" the client
-had a load generator using its whole core while the server had time to spare, so its ratio
-says how much work each server makes for that client, not what the server can do.
+(``--input-data``) and wrk (h2load sends the first), of which the in-process baseline's batch
+holds 32. The baseline calls the same TorchScript file at batch 32 on core 0, as a plain
+process and with ptserve's host memory setting (``--retain-host-memory``, on by default), which
+speeds the model itself up: the second ratio is the serving overhead alone. Each row gives the
+server's CPU time per request, how busy each core was, and which side held the throughput down:
+a row "bound by" the client had a load generator using its whole core while the server had time
+to spare, so its ratio says how much work each server makes for that client, not what the
+server can do.
 ``--floor`` adds the canned-answer server (``benchmarks.floor_server``: a few lines of uvloop and
 httptools that answer every infer request from memory): what any Python server on this core
 spends per request before it does anything.
