@@ -317,15 +317,14 @@ def h2load(
             f"h2load: {len(rows) - len(ok)} answers were not HTTP 200 and the model counted "
             f"{counted} successes for {len(ok)} answers:\n{output}"
         )
-    ok.sort()
-    throughput = 0.0
-    for line in output.splitlines():
-        if line.startswith("finished in"):
-            throughput = float(line.split(",")[1].split()[0])
+    finished = [line for line in output.splitlines() if line.startswith("finished in")]
+    if not ok or not finished:
+        raise RuntimeError(f"h2load answered nothing or printed no rate:\n{output}")
+    p50, p99 = np.percentile(ok, [50, 99])
     return {
-        "throughput": throughput,
-        "p50_us": float(ok[len(ok) // 2]),
-        "p99_us": float(ok[min(len(ok) - 1, len(ok) * 99 // 100)]),
+        "throughput": float(finished[0].split(",")[1].split()[0]),  # "finished in 4.00s, N req/s"
+        "p50_us": float(p50),
+        "p99_us": float(p99),
     }
 
 
@@ -368,7 +367,8 @@ SATURATED = 0.95
 def bound_by(figures: dict[str, float]) -> str:
     """Which side held the throughput down: the load generator, when it used its whole core
     and the server did not (then the row measures the client, and a ratio between servers
-    says only how much work each makes for it), else the server."""
+    says only how much work each makes for it); the server, when it used its whole core;
+    "neither" when both had time to spare (something waited, e.g. a batching delay)."""
     if figures["client_busy"] >= SATURATED and figures["server_busy"] < SATURATED:
         return "client"
     if figures["server_busy"] >= SATURATED:
