@@ -303,3 +303,29 @@ def test_output_errors() -> None:
         plan.split(torch.tensor(1.0), [_request(1, ("O",))])
     with pytest.raises(ServerError, match="batch dimension 1, but the batch holds 2"):
         plan.split(torch.ones(1, 1), [_request(2, ("O",))])
+
+
+def test_results_in_any_layout_reach_numpy_contiguous() -> None:
+    """A result that numpy reads as a strided view (a transpose) reaches each request as a
+    contiguous array with the same values; one of the expected type is not copied."""
+    plan = _plan('output { name: "O" data_type: TYPE_FP32 dims: [2] }')
+    raw = torch.arange(6, dtype=torch.float32).reshape(2, 3).t()
+    assert not raw.is_contiguous()
+    parts = plan.split(raw, [_request(1, ("O",)), _request(2, ("O",))])
+    np.testing.assert_array_equal(parts[0]["O"], [[0.0, 3.0]])
+    np.testing.assert_array_equal(parts[1]["O"], [[1.0, 4.0], [2.0, 5.0]])
+    assert all(part["O"].flags.c_contiguous for part in parts)
+    plain = torch.zeros(3, 2)
+    whole = plan.split(plain, [_request(3, ("O",))])[0]["O"]
+    assert np.shares_memory(whole, plain.numpy())
+
+
+def test_bf16_results_and_lookalikes() -> None:
+    """BF16 has no numpy type: its results come as their bit patterns, and a 16-bit integer
+    result (which numpy would read as the same dtype) is still refused for a BF16 output."""
+    plan = _plan('output { name: "O" data_type: TYPE_BF16 dims: [1] }')
+    raw = torch.tensor([[1.0], [2.0]], dtype=torch.bfloat16)
+    parts = plan.split(raw, [_request(2, ("O",))])
+    np.testing.assert_array_equal(parts[0]["O"], raw.view(torch.int16).numpy().view(np.uint16))
+    with pytest.raises(ServerError, match="expects datatype TYPE_BF16 for output 'O', model "):
+        plan.split(torch.ones(2, 1, dtype=torch.uint16), [_request(2, ("O",))])

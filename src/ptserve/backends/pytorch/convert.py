@@ -21,7 +21,8 @@ DATATYPE_OF_TORCH: dict[torch.dtype, DataType] = {
 
 def to_torch(array: np.ndarray, datatype: DataType) -> torch.Tensor:
     """A tensor that shares the array's memory when it can (a copy only for read-only buffers)."""
-    if not array.flags.writeable or not array.flags.c_contiguous:
+    flags = array.flags
+    if not (flags.writeable and flags.c_contiguous):
         array = np.ascontiguousarray(array).copy()
     if datatype.name == "BF16":
         return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)

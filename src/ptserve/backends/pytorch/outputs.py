@@ -48,6 +48,12 @@ class OutputPlan:
             self.positions[spec.name] = after + offset
         self.host_only = frozenset(spec.name for spec in io.extra_outputs)  # sequence state
         self.expected = {name: TORCH_DTYPES.get(s.datatype.name) for name, s in self.specs.items()}
+        # The numpy dtype a result of the expected type reads as (None for BF16, which numpy
+        # lacks, and strings): such a result passes the checks as numpy, without a copy.
+        self.host_dtypes = {
+            name: None if s.datatype.is_bytes or s.datatype.name == "BF16" else s.datatype.numpy
+            for name, s in self.specs.items()
+        }
         # Outputs that the core reshapes back to their dims for the client: the model's result
         # must hold as many elements per row, else the reshape would fail without naming them.
         self.reshaped = {
@@ -113,6 +119,62 @@ class OutputPlan:
                 f"model '{self.model}': output '{name}' is a {type(value).__name__}; outputs "
                 "must be Tensors or List[str]"
             )
+        # A result on the host, of the expected type, becomes numpy once; its checks then read
+        # the array (every torch attribute read costs more than numpy's).
+        array = self._host_array(name, value)
+        if array is None:
+            value = self._checked(spec, value)
+        if name in self.scattered:
+            source, template = self.scattered[name]
+            shapes = source_shapes(source, requests, f"batch output '{name}'")
+            flat = (to_numpy(value) if array is None else array).reshape(-1)
+            return list(scatter_with_input_shape(self.model, name, flat, template, shapes))
+        shape = array.shape if array is not None else tuple(int(d) for d in value.shape)
+        if self.batching and shape[0] != total:
+            raise internal(
+                f"model '{self.model}': output '{name}' has batch dimension {shape[0]}, "
+                f"but the batch holds {total} request row(s)"
+            )
+        if name in self.reshaped:
+            self._check_reshape(name, shape, total)
+        keep = [False] * len(requests)
+        if array is None:
+            # Only a result left on a device is asked which requests brought device inputs,
+            # so a batch of host requests (every wire request) pays nothing for device data.
+            if not value.is_cpu and name not in self.host_only:
+                keep = [_device_inputs(r) for r in requests]
+            # One copy to the host for the whole batch, only when some request wants numpy.
+            if not all(keep):
+                array = to_numpy(value)
+        if not self.batching:
+            return [TorchArray(value) if keep[0] or array is None else array]
+        parts: list[Data] = []
+        offset = 0
+        for request, device in zip(requests, keep, strict=True):
+            end = offset + request.batch_size
+            parts.append(
+                TorchArray(value[offset:end]) if device or array is None else array[offset:end]
+            )
+            offset = end
+        return parts
+
+    def _host_array(self, name: str, value: torch.Tensor) -> np.ndarray | None:
+        """A host result with at least one dimension, of the expected type and needing no
+        grad, as a numpy view (contiguous); None for any other, which ``_checked`` reads."""
+        dtype = self.host_dtypes[name]
+        if dtype is None or not value.is_cpu:
+            return None
+        try:
+            array = value.numpy()
+        except (RuntimeError, TypeError):  # it requires grad, or numpy has no such type
+            return None
+        if array.dtype != dtype or not array.ndim:
+            return None
+        return array if array.flags.c_contiguous else np.ascontiguousarray(array)
+
+    def _checked(self, spec: IOSpec, value: torch.Tensor) -> torch.Tensor:
+        """The result, detached, once it has a dimension and the expected type."""
+        name = spec.name
         if value.dim() == 0:
             raise internal(
                 f"model '{self.model}': output '{name}' is a scalar (0-d) tensor; outputs need "
@@ -125,38 +187,7 @@ class OutputPlan:
                 f"configuration expects datatype {spec.datatype.config_name} for output "
                 f"'{name}', model provides {provided_name}"
             )
-        if value.requires_grad:
-            value = value.detach()
-        if name in self.scattered:
-            source, template = self.scattered[name]
-            shapes = source_shapes(source, requests, f"batch output '{name}'")
-            flat = to_numpy(value).reshape(-1)
-            return list(scatter_with_input_shape(self.model, name, flat, template, shapes))
-        shape = tuple(int(d) for d in value.shape)
-        if self.batching and shape[0] != total:
-            raise internal(
-                f"model '{self.model}': output '{name}' has batch dimension {shape[0]}, "
-                f"but the batch holds {total} request row(s)"
-            )
-        if name in self.reshaped:
-            self._check_reshape(name, shape, total)
-        # Only a result left on a device is asked which requests brought device inputs, so a
-        # batch of host requests (every wire request) pays nothing for device data.
-        stays = not value.is_cpu and name not in self.host_only
-        keep = [_device_inputs(r) for r in requests] if stays else [False] * len(requests)
-        # One copy to the host for the whole batch, only when some request wants numpy.
-        array = to_numpy(value) if not all(keep) else None
-        if not self.batching:
-            return [TorchArray(value) if keep[0] or array is None else array]
-        parts: list[Data] = []
-        offset = 0
-        for request, device in zip(requests, keep, strict=True):
-            end = offset + request.batch_size
-            parts.append(
-                TorchArray(value[offset:end]) if device or array is None else array[offset:end]
-            )
-            offset = end
-        return parts
+        return value.detach() if value.requires_grad else value
 
     def _check_reshape(self, name: str, shape: tuple[int, ...], total: int) -> None:
         dims = self.reshaped[name]
