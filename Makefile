@@ -66,14 +66,16 @@ $(GRPC_JS)/node_modules/.installed: $(GRPC_JS)/package.json $(GRPC_JS)/package-l
 # Programs from Debian that the tests run: HAProxy (tests/deploy/test_load_balancer.py) and
 # kubectl (renders deploy/kubernetes with kustomize). Installed with apt-get where missing.
 APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
+# The end of a recipe line that collected the packages to install in $$missing.
+APT_MISSING = if [ -n "$$missing" ]; then \
+	echo "installing$$missing"; apt-get update -q && $(APT_INSTALL) $$missing; \
+	fi
 
 system-tools:
 	@missing=""; \
 	[ -x /usr/sbin/haproxy ] || command -v haproxy >/dev/null || missing="$$missing haproxy"; \
 	command -v kubectl >/dev/null || missing="$$missing kubernetes-client"; \
-	if [ -n "$$missing" ]; then \
-		echo "installing$$missing"; apt-get update -q && $(APT_INSTALL) $$missing; \
-	fi
+	$(APT_MISSING)
 
 # The load generators of benchmarks.scheduling besides perf_analyzer: wrk (HTTP/1.1) and
 # h2load (HTTP/2, from nghttp2-client), installed with apt-get where missing.
@@ -81,9 +83,7 @@ bench-tools:
 	@missing=""; \
 	command -v wrk >/dev/null || missing="$$missing wrk"; \
 	command -v h2load >/dev/null || missing="$$missing nghttp2-client"; \
-	if [ -n "$$missing" ]; then \
-		echo "installing$$missing"; apt-get update -q && $(APT_INSTALL) $$missing; \
-	fi
+	$(APT_MISSING)
 
 install-test: install $(VENV)/.installed-test $(GRPC_JS_STAMP) system-tools
 
