@@ -17,8 +17,10 @@ perf_analyzer does, so their rows are the ones where the server's core runs out 
 Both sides compute on the same values: 64 seeded normal samples, sent in turn by perf_analyzer
 (``--input-data``) and wrk (h2load sends the first), of which the in-process baseline's batch
 holds 32. The baseline calls the same TorchScript file at batch 32 on core 0, as a plain
-process and with ptserve's host memory setting (``--retain-host-memory``, on by default), which
-speeds the model itself up: the second ratio is the serving overhead alone. Each row gives the
+process, with ptserve's host memory setting (``--retain-host-memory``, on by default), and with
+that and the batch in channels-last memory format (which ptserve's load-time probe chooses for
+this CNN, ``INPUT_MEMORY_FORMAT``): both speed the model itself up, so served / that last one is
+ptserve's serving overhead alone. Each row gives the
 server's CPU time per request, how busy each core was, and which side held the throughput down:
 a row "bound by" the client had a load generator using its whole core while the server had time
 to spare, so its ratio says how much work each server makes for that client, not what the
@@ -104,9 +106,12 @@ def write_variants(repository: Path) -> None:
             )
 
 
-def in_process(model_file: Path, model: str, seconds: float, retain: bool) -> float:
+def in_process(
+    model_file: Path, model: str, seconds: float, retain: bool, channels_last: bool = False
+) -> float:
     """Samples/s of the TorchScript file called directly on the first core, in a fresh
-    interpreter: the host memory setting (``--retain-host-memory``) is per process."""
+    interpreter: the host memory setting (``--retain-host-memory``) is per process;
+    ``channels_last`` gives the batch in that memory format, as ptserve does for this CNN."""
     command = [
         "taskset", "-c", "0", sys.executable, "-m", "benchmarks.scheduling",
         "--baseline", str(model_file), "--model", model,
@@ -114,6 +119,8 @@ def in_process(model_file: Path, model: str, seconds: float, retain: bool) -> fl
     ]  # fmt: skip
     if retain:
         command.append("--retain-host-memory")
+    if channels_last:
+        command.append("--channels-last")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     result = subprocess.run(
         command, check=True, capture_output=True, text=True, env=env, timeout=seconds * 10 + 120
@@ -121,7 +128,9 @@ def in_process(model_file: Path, model: str, seconds: float, retain: bool) -> fl
     return float(result.stdout.split()[-1])
 
 
-def baseline(model_file: Path, model: str, seconds: float, retain: bool) -> float:
+def baseline(
+    model_file: Path, model: str, seconds: float, retain: bool, channels_last: bool = False
+) -> float:
     """The in-process measurement itself (run by ``in_process`` in its own interpreter): a
     batch of 32 of the samples perf_analyzer sends."""
     if retain:
@@ -130,6 +139,8 @@ def baseline(model_file: Path, model: str, seconds: float, retain: bool) -> floa
     module = torch.jit.load(str(model_file))
     module.eval()
     data = torch.from_numpy(samples(model)[:32].copy())
+    if channels_last:
+        data = data.contiguous(memory_format=torch.channels_last)
     with torch.inference_mode():
         for _ in range(20):
             module(data)
@@ -533,9 +544,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--baseline", type=Path, help=argparse.SUPPRESS)  # see in_process()
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--retain-host-memory", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--channels-last", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.baseline:
-        print(baseline(args.baseline, args.model, args.seconds, args.retain_host_memory))
+        print(
+            baseline(
+                args.baseline, args.model, args.seconds, args.retain_host_memory, args.channels_last
+            )
+        )
         return
     binary = perf_analyzer_path()
     if binary is None:
@@ -545,7 +561,7 @@ def main(argv: list[str] | None = None) -> None:
     write_variants(repository)
     data = write_input_data(repository.parent / f"{repository.name}-data")
     figures: dict[tuple[str, str], list[dict[str, float]]] = {}
-    inproc: dict[str, list[float]] = {"plain": [], "retained": []}
+    inproc: dict[str, list[float]] = {"plain": [], "retained": [], "channels_last": []}
     floors: list[dict[str, float]] = []
     with servers(repository, "0", args.peer) as running:
         names = [server.name for server in running]
@@ -553,6 +569,9 @@ def main(argv: list[str] | None = None) -> None:
         for repeat in range(args.repeats):
             inproc["plain"].append(in_process(cnn_file, "cnn", args.seconds, retain=False))
             inproc["retained"].append(in_process(cnn_file, "cnn", args.seconds, retain=True))
+            inproc["channels_last"].append(
+                in_process(cnn_file, "cnn", args.seconds, retain=True, channels_last=True)
+            )
             for scenario in chosen:
                 for server in running:
                     result = measure(scenario, server, binary, args, data)
@@ -615,9 +634,11 @@ def report(
         row += [f"{ptserve / bests[name]['throughput']:.2f}x" for name in names[1:]]
         print("| " + " | ".join(row) + " |")
     plain, retained = max(inproc["plain"]), max(inproc["retained"])
+    own = max(inproc["channels_last"])
     print(
         f"in-process CNN at batch 32: {plain:.0f} inf/s "
-        f"({retained:.0f} with the host memory setting)"
+        f"({retained:.0f} with the host memory setting, {own:.0f} with that and channels-last "
+        "inputs, as ptserve runs it)"
     )
     for scenario in chosen:
         if scenario.kind != "cnn":
@@ -627,6 +648,8 @@ def report(
             for name in names
         )
         print(f"  {scenario.name} served / in-process batch 32 (target {TARGET:.0%}): {shares}")
+        served = best(figures[(scenario.name, "ptserve")])["throughput"]
+        print(f"  {scenario.name} ptserve served / its own in-process setup: {served / own:.1%}")
     if floors:
         top = best(floors)
         print(

@@ -55,6 +55,7 @@ class RunPlan:
     binding: InputBinding
     outputs: OutputPlan
     thread_default: int | None = None  # intra-op threads when no model set a process-wide size
+    channels_last: frozenset[str] = frozenset()  # inputs converted to it (see ``layout``)
 
 
 def check_string_shapes(model: str, io: ModelIO) -> None:
@@ -73,7 +74,14 @@ def check_string_shapes(model: str, io: ModelIO) -> None:
 class TorchInstance(BackendInstance):
     """A callable model on a placement, run by one worker thread."""
 
-    def __init__(self, plan: RunPlan, name: str, placement: Placement, call: ModelCall) -> None:
+    def __init__(
+        self,
+        plan: RunPlan,
+        name: str,
+        placement: Placement,
+        call: ModelCall,
+        probe: bool = False,
+    ) -> None:
         self.plan = plan
         self.name = name
         self.placement = placement
@@ -90,7 +98,12 @@ class TorchInstance(BackendInstance):
         self.device = placement.input_device
         self._move = self.device.type != "cpu"
         self.warm_on_prepare = False  # a compiled module: run zeros through it before serving
-        log.info("model instance '%s' of '%s': %s", name, plan.model, placement.describe())
+        # Inputs given to the model channels-last; emptied if a batch fails only that way
+        # (except in a layout probe's instance, which is not announced either: see layout).
+        self.channels_last = plan.channels_last
+        self._probe = probe
+        if not probe:
+            log.info("model instance '%s' of '%s': %s", name, plan.model, placement.describe())
 
     def execute(self, batch: Sequence[PreparedRequest]) -> BatchResult:
         POOLS.enter_worker(self.plan.thread_default)
@@ -122,11 +135,12 @@ class TorchInstance(BackendInstance):
         requests = [batch[i] for i in indices]
         start = time.perf_counter_ns()
         try:
-            if self.placement.stream is None:
-                split, output_start = self._compute(members, requests, times, start)
-            else:
-                with stream_scope(self.placement):  # (its exit waits for the stream: output time)
-                    split, output_start = self._compute(members, requests, times, start)
+            try:
+                split, output_start = self._compute_on_stream(members, requests, times, start)
+            except ServerError:
+                if not self.channels_last or self._probe:
+                    raise
+                split, output_start = self._compute_contiguous(members, requests, times)
             for i, outputs in zip(indices, split, strict=True):
                 results[i] = outputs
             times.compute_output_ns += time.perf_counter_ns() - output_start
@@ -140,6 +154,40 @@ class TorchInstance(BackendInstance):
         finally:
             if self.settings.cache_cleaning:
                 clean_cache(self.placement)
+
+    def _compute_on_stream(
+        self,
+        members: list[tuple[int, dict[str, Any]]],
+        requests: list[PreparedRequest],
+        times: ExecutionTimes,
+        start: int,
+    ) -> tuple[list[OutputMap], int]:
+        if self.placement.stream is None:
+            return self._compute(members, requests, times, start)
+        with stream_scope(self.placement):  # (its exit waits for the stream: output time)
+            return self._compute(members, requests, times, start)
+
+    def _compute_contiguous(
+        self,
+        members: list[tuple[int, dict[str, Any]]],
+        requests: list[PreparedRequest],
+        times: ExecutionTimes,
+    ) -> tuple[list[OutputMap], int]:
+        """A batch that failed with channels-last inputs, run again with the inputs as they
+        came; if that works, this instance keeps them so (the load-time probe missed a case)."""
+        layout = self.channels_last
+        self.channels_last = frozenset()
+        try:
+            result = self._compute_on_stream(members, requests, times, time.perf_counter_ns())
+        except ServerError:
+            self.channels_last = layout  # the model fails either way: not the layout's doing
+            raise
+        log.warning(
+            "model instance '%s': a batch failed with channels-last inputs and ran contiguous; "
+            "its inputs stay contiguous from now on (set INPUT_MEMORY_FORMAT to choose)",
+            self.name,
+        )
+        return result
 
     def _compute(
         self,
@@ -200,7 +248,10 @@ class TorchInstance(BackendInstance):
             # Ragged inputs reach the model flattened: the requests' elements end to end.
             ragged = spec.allow_ragged_batch and self.io.batching
             if not all(isinstance(part, np.ndarray) for part in parts):
-                gathered[name] = self._from_devices(parts, spec, ragged)
+                tensor = self._from_devices(parts, spec, ragged)
+                if name in self.channels_last:
+                    tensor = tensor.contiguous(memory_format=torch.channels_last)
+                gathered[name] = tensor
                 continue
             if ragged:
                 parts = [part.reshape(-1) for part in parts]
@@ -208,6 +259,8 @@ class TorchInstance(BackendInstance):
             tensor = to_torch(array, spec.datatype)
             if self._move:
                 tensor = tensor.to(self.device, non_blocking=True)
+            if name in self.channels_last:
+                tensor = tensor.contiguous(memory_format=torch.channels_last)
             gathered[name] = tensor
         return gathered
 

@@ -27,6 +27,8 @@ log = logging.getLogger("ptserve.backends.pytorch")
 
 COMPILE_KEYS = ("fullgraph", "dynamic", "backend", "mode", "options", "disable")
 METHOD_PARAMETER = "MODEL_METHOD"
+MEMORY_FORMAT_PARAMETER = "INPUT_MEMORY_FORMAT"
+MEMORY_FORMATS = ("auto", "contiguous", "channels_last")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +47,7 @@ class Settings:
     tensor_fuser: bool | None = None
     compile_options: dict[str, Any] = field(default_factory=dict)
     method: str = "forward"
+    memory_format: str = "auto"  # of 4-D float inputs: auto, contiguous, channels_last (layout)
     # Enforced by the version's watchdog in the scheduling layer (any backend); read here too so
     # that it is checked and logged with the other parameters.
     execution_timeout_ms: int = 0
@@ -79,6 +82,7 @@ class Settings:
             tensor_fuser=params.optional_bool_param(config, "ENABLE_TENSOR_FUSER"),
             compile_options=_compile_options(config),
             method=_method(config),
+            memory_format=_memory_format(config),
             execution_timeout_ms=execution_timeout_ms(config),
         )
 
@@ -200,3 +204,16 @@ def _method(config: ModelConfig) -> str:
             f"model, got {value!r}"
         )
     return method
+
+
+def _memory_format(config: ModelConfig) -> str:
+    value = params.string_param(config, MEMORY_FORMAT_PARAMETER)
+    if value is None or not value.strip():
+        return "auto"
+    chosen = value.strip().lower()
+    if chosen not in MEMORY_FORMATS:
+        raise invalid_arg(
+            f"model '{config.name}': parameter {MEMORY_FORMAT_PARAMETER} must be one of "
+            f"{', '.join(MEMORY_FORMATS)}, got {value!r}"
+        )
+    return chosen

@@ -11,6 +11,7 @@ from ptserve.backends.base import BackendInstance, BackendModel, InstanceSpec, L
 from ptserve.backends.pytorch.binding import Argument, InputBinding, bind_inputs
 from ptserve.backends.pytorch.devices import SharedModules, placement_for
 from ptserve.backends.pytorch.execution import POOLS
+from ptserve.backends.pytorch.layout import choose_layout
 from ptserve.backends.pytorch.outputs import OutputPlan
 from ptserve.backends.pytorch.runner import (
     RunPlan,
@@ -72,13 +73,14 @@ class TorchScriptModel(BackendModel):
         )
         method = self._method(module)
         if self.plan is None:
-            self.plan = RunPlan(
+            plan = RunPlan(
                 self.context.name,
                 self.context.io,
                 self.settings,
                 self._bind(method),
                 self.outputs,
             )
+            self.plan = choose_layout(plan, placement, module, self._method)
         return TorchScriptInstance(self.plan, spec.name, placement, method)
 
     def _method(self, module: torch.jit.ScriptModule) -> Any:
