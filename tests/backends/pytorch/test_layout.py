@@ -23,32 +23,23 @@ from ptserve.backends.pytorch.layout import (
 from ptserve.backends.pytorch.runner import TorchInstance
 from ptserve.config.io import model_io
 from ptserve.config.parse import parse_config
-from ptserve.examples import write_model
+from ptserve.examples import cnn, write_model
 from tests.backends.pytorch.helpers import infer, load_instances
 from tests.serverproc import ServerProcess
 
 
-class SmallCnn(nn.Module):
-    """Convolutions and max pooling: what runs much faster on channels-last CPU tensors."""
+class ViewFlatten(nn.Module):
+    """The example CNN with its flattening done by ``view``, which needs NCHW-contiguous
+    memory: such a model cannot take channels-last inputs."""
 
-    def __init__(self, flatten_by_view: bool = False) -> None:
+    def __init__(self, cnn: nn.Sequential) -> None:
         super().__init__()
-        self.features = nn.Sequential(
-            nn.Conv2d(3, 16, 3, padding=1),
-            nn.ReLU(),
-            nn.MaxPool2d(2),
-            nn.Conv2d(16, 32, 3, padding=1),
-            nn.ReLU(),
-            nn.MaxPool2d(2),
-        )
-        self.head = nn.Linear(32 * 8 * 8, 10)
-        self.flatten_by_view = flatten_by_view
+        self.features = nn.Sequential(*list(cnn)[:6])
+        self.head = cnn[7]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.features(x)
-        # ``view`` needs NCHW-contiguous memory: such a model cannot take channels-last inputs.
-        y = y.view(y.size(0), -1) if self.flatten_by_view else torch.flatten(y, 1)
-        return self.head(y)
+        return self.head(y.view(y.size(0), -1))
 
 
 class LayoutSeen(nn.Module):
@@ -96,10 +87,9 @@ def _script(module: nn.Module) -> torch.jit.ScriptModule:
     return scripted
 
 
-torch.manual_seed(0)
-CNN = SmallCnn().eval()
-CNN_VIEW = SmallCnn(flatten_by_view=True).eval()
-CNN_VIEW.load_state_dict(CNN.state_dict())
+CNN = cnn()  # convolutions and max pooling: much faster on channels-last CPU tensors
+assert isinstance(CNN, nn.Sequential)
+CNN_VIEW = ViewFlatten(CNN).eval()
 SEEN = "[ 2 ]", "TYPE_INT64"
 
 

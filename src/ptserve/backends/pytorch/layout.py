@@ -30,13 +30,12 @@ import numpy as np
 import torch
 
 from ptserve.backends.pytorch.devices import Placement
-from ptserve.backends.pytorch.runner import ModelCall, RunPlan, TorchInstance
+from ptserve.backends.pytorch.runner import ModelCall, RunPlan, TorchInstance, zeros_request
 from ptserve.backends.pytorch.settings import MEMORY_FORMAT_PARAMETER
 from ptserve.common import logging_setup
 from ptserve.common.datatypes import float32_to_bf16
-from ptserve.common.device import Data
 from ptserve.common.errors import ServerError
-from ptserve.common.iospec import IOSpec, ModelIO
+from ptserve.common.iospec import ModelIO
 from ptserve.common.prepared import OutputMap, PreparedRequest
 
 M = TypeVar("M", bound=torch.nn.Module)
@@ -109,29 +108,17 @@ def same_results(first: OutputMap, second: OutputMap) -> bool:
 
 
 def probe_request(io: ModelIO, batch_size: int) -> PreparedRequest:
-    """A batch of seeded random floats (zeros for other types, "0" for strings)."""
+    """A batch of seeded random floats (zeros for the other types, "0" for strings)."""
+    request = zeros_request(io, batch_size, 1)
     rng = np.random.default_rng(0)
-    inputs: dict[str, Data] = {}
     for spec in io.inputs:
-        inputs[spec.name] = _random_input(spec, io.batching, batch_size, rng)
-    size = batch_size if io.batching else 1
-    return PreparedRequest("layout-probe", inputs, size, tuple(o.name for o in io.outputs))
-
-
-def _random_input(
-    spec: IOSpec, batching: bool, batch_size: int, rng: np.random.Generator
-) -> np.ndarray:
-    dims = spec.reshape if spec.reshape is not None else spec.dims
-    shape = ([batch_size] if batching else []) + list(dims)
-    kind = spec.datatype.name
-    if kind in FLOAT_TYPES:
-        values = rng.standard_normal(shape, dtype=np.float32)
-        return float32_to_bf16(values) if kind == "BF16" else values.astype(spec.datatype.numpy)
-    if spec.datatype.is_bytes:
-        array = np.empty(shape, dtype=object)
-        array.fill(b"0")
-        return array
-    return np.zeros(shape, dtype=spec.datatype.numpy)
+        kind = spec.datatype.name
+        if kind in FLOAT_TYPES:
+            values = rng.standard_normal(request.inputs[spec.name].shape, dtype=np.float32)
+            request.inputs[spec.name] = (
+                float32_to_bf16(values) if kind == "BF16" else values.astype(spec.datatype.numpy)
+            )
+    return request
 
 
 def choose_layout(

@@ -326,7 +326,7 @@ class TorchInstance(BackendInstance):
             shapes.append((min(max(self.io.max_batch_size, 1), 2), 2))
         started = time.monotonic()
         for batch_size, variable in shapes:
-            request = _zeros_request(self.io, batch_size, variable)
+            request = zeros_request(self.io, batch_size, variable)
             result = self.execute([request]).results[0]
             if isinstance(result, ServerError):
                 log.warning(
@@ -343,7 +343,9 @@ class TorchInstance(BackendInstance):
         )
 
 
-def _zeros_request(io: ModelIO, batch_size: int, variable: int) -> PreparedRequest:
+def zeros_request(io: ModelIO, batch_size: int, variable: int) -> PreparedRequest:
+    """A request of zeros ("0" for strings) for every input, variable dimensions at
+    ``variable``."""
     inputs: dict[str, Data] = {}
     for spec in io.inputs + io.extra_inputs:  # sequence control and state inputs too
         dims = spec.reshape if spec.reshape is not None else spec.dims
