@@ -1,9 +1,11 @@
 """GPU figures: a ResNet-50-sized CNN served in FP32, FP16 and BF16 at batch 1 and 32, next to
 the same module in-process, plus ``torch.compile(mode="reduce-overhead")`` (CUDA graphs) through
-the Python runtime.
+the Python runtime. ``fp16-nhwc`` (also ``fp32-nhwc``, ``bf16-nhwc``) is the FP16 model with
+``INPUT_MEMORY_FORMAT`` set to ``channels_last``: GPU instances are not probed, so this shows what
+the setting is worth on the device (Triton ignores the parameter and serves it NCHW).
 
     python -m benchmarks.gpu [--out DIR] [--seconds 10] [--device cuda] [--peer triton]
-                             [--variants fp32 fp16 bf16 compiled] [--small]
+                             [--variants fp32 fp16 bf16 fp16-nhwc compiled] [--small]
 
 Each variant is a model of its own in one repository (``KIND_GPU``, one instance, dynamic
 batching up to 32). The load is a raw HTTP/1.1 client on binary tensors (one connection per
@@ -38,6 +40,14 @@ from benchmarks.peers import PEERS, Pinned, Triton
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 CONFIG_TYPES = {"fp32": "TYPE_FP32", "fp16": "TYPE_FP16", "bf16": "TYPE_BF16"}
 WIRE_TYPES = {"fp32": "FP32", "fp16": "FP16", "bf16": "BF16"}
+NHWC = "-nhwc"  # a variant suffix: the TorchScript model with INPUT_MEMORY_FORMAT channels_last
+CHANNELS_LAST = [f"{precision}{NHWC}" for precision in DTYPES]
+
+
+def precision(variant: str) -> str:
+    """The variant's datatype key: ``fp16-nhwc`` -> ``fp16``."""
+    return variant.removesuffix(NHWC)
+
 
 RESNET_SOURCE = '''
 import torch
@@ -105,15 +115,16 @@ def write_repository(
     kind = "KIND_GPU" if device == "cuda" else "KIND_CPU"
     base = resnet(small)
     for variant in variants:
-        dtype = DTYPES.get(variant, torch.float32)
+        dtype = DTYPES.get(precision(variant), torch.float32)
+        datatype = CONFIG_TYPES.get(precision(variant), "TYPE_FP32")
         folder = repository / variant / "1"
         folder.mkdir(parents=True)
         common = f"""
             name: "{variant}"
             max_batch_size: 32
-            input [ {{ name: "INPUT__0" data_type: {CONFIG_TYPES.get(variant, "TYPE_FP32")}
+            input [ {{ name: "INPUT__0" data_type: {datatype}
                       dims: [ 3, {side}, {side} ] }} ]
-            output [ {{ name: "OUTPUT__0" data_type: {CONFIG_TYPES.get(variant, "TYPE_FP32")}
+            output [ {{ name: "OUTPUT__0" data_type: {datatype}
                        dims: [ {classes} ] }} ]
             instance_group [ {{ count: 1 kind: {kind} }} ]
             dynamic_batching {{ max_queue_delay_microseconds: 500 }}
@@ -143,6 +154,11 @@ def write_repository(
                 traced = torch.jit.trace(module, example)
             traced.save(str(folder / "model.pt"))
             extra = 'platform: "pytorch_libtorch"'
+            if variant.endswith(NHWC):  # (Triton ignores the parameter: its inputs stay NCHW)
+                extra += """
+                    parameters { key: "INPUT_MEMORY_FORMAT"
+                                 value: { string_value: "channels_last" } }
+                """
         (repository / variant / "config.pbtxt").write_text(
             textwrap.dedent(common) + textwrap.dedent(extra)
         )
@@ -152,11 +168,13 @@ def write_repository(
 def in_process(
     variant: str, device: str, side: int, batch: int, seconds: float, small: bool
 ) -> dict[str, float]:
-    dtype = DTYPES.get(variant, torch.float32)
+    dtype = DTYPES.get(precision(variant), torch.float32)
     module = resnet(small).to(device=device, dtype=dtype)
     if variant == "compiled":
         module = torch.compile(module, mode="reduce-overhead")  # type: ignore[assignment]
     data = torch.randn(batch, 3, side, side, device=device).to(dtype)
+    if variant.endswith(NHWC):
+        data = data.contiguous(memory_format=torch.channels_last)
     times: list[float] = []
     with torch.inference_mode():
         for _ in range(10):
@@ -184,9 +202,9 @@ def sync(device: str) -> None:
 def request_bytes(variant: str, batch: int, side: int) -> bytes:
     """One HTTP request with a binary tensor of random values in the variant's datatype."""
     values = np.random.default_rng(0).standard_normal((batch, 3, side, side), dtype=np.float32)
-    if variant == "bf16":
+    if precision(variant) == "bf16":
         raw = (values.view(np.uint32) >> 16).astype(np.uint16).tobytes()
-    elif variant == "fp16":
+    elif precision(variant) == "fp16":
         raw = values.astype(np.float16).tobytes()
     else:
         raw = values.tobytes()
@@ -196,7 +214,7 @@ def request_bytes(variant: str, batch: int, side: int) -> bytes:
                 {
                     "name": "INPUT__0",
                     "shape": [batch, 3, side, side],
-                    "datatype": WIRE_TYPES.get(variant, "FP32"),
+                    "datatype": WIRE_TYPES.get(precision(variant), "FP32"),
                     "parameters": {"binary_data_size": len(raw)},
                 }
             ],
@@ -279,7 +297,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument(
-        "--variants", nargs="+", choices=[*DTYPES, "compiled"], default=[*DTYPES, "compiled"]
+        "--variants",
+        nargs="+",
+        choices=[*DTYPES, *CHANNELS_LAST, "compiled"],
+        default=[*DTYPES, "fp16-nhwc", "compiled"],
     )
     parser.add_argument("--peer", action="append", default=[], choices=PEERS)
     parser.add_argument("--small", action="store_true", help="a small network, to try on a CPU")
