@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from ptserve.backends.pytorch.backend import PyTorchBackend
 from ptserve.common.prepared import PreparedRequest
 from ptserve.config.io import model_io
 from ptserve.core.manager import LoadOptions, ModelManager
+from tests.serverproc import ServerProcess
 
 
 def write_python_model(
@@ -80,3 +82,13 @@ def _datatype(array: np.ndarray) -> str:
     from tritonclient.utils import np_to_triton_dtype
 
     return str(np_to_triton_dtype(array.dtype))
+
+
+def serve_leniently(repository: Path) -> Iterator[ServerProcess]:
+    """A server on ``repository`` that starts although some of its models fail to load (the
+    tests check those failures); for a module-scoped fixture to ``yield from``."""
+    process = ServerProcess(
+        [repository], ["--exit-on-error=false", "--strict-readiness=false"]
+    ).start()
+    yield process
+    process.stop()

@@ -24,7 +24,7 @@ from ptserve.backends.pytorch.runner import TorchInstance
 from ptserve.config.io import model_io
 from ptserve.config.parse import parse_config
 from ptserve.examples import cnn, write_model
-from tests.backends.pytorch.helpers import infer, load_instances
+from tests.backends.pytorch.helpers import infer, load_instances, serve_leniently
 from tests.serverproc import ServerProcess
 
 
@@ -121,9 +121,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(repo: Path) -> Iterator[ServerProcess]:
-    process = ServerProcess([repo], ["--exit-on-error=false", "--strict-readiness=false"]).start()
-    yield process
-    process.stop()
+    yield from serve_leniently(repo)
 
 
 def _images(rows: int, seed: int = 1) -> np.ndarray:

@@ -13,7 +13,13 @@ from torch import nn
 from tritonclient.utils import InferenceServerException
 
 from ptserve.examples import write_model
-from tests.backends.pytorch.helpers import infer, load_instances, prepared, write_config_only
+from tests.backends.pytorch.helpers import (
+    infer,
+    load_instances,
+    prepared,
+    serve_leniently,
+    write_config_only,
+)
 from tests.serverproc import ServerProcess
 
 
@@ -280,9 +286,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(repo: Path) -> Iterator[ServerProcess]:
-    process = ServerProcess([repo], ["--exit-on-error=false", "--strict-readiness=false"]).start()
-    yield process
-    process.stop()
+    yield from serve_leniently(repo)
 
 
 X = np.array([1.0, 2.0], dtype=np.float32)
