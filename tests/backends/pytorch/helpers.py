@@ -92,3 +92,17 @@ def serve_leniently(repository: Path) -> Iterator[ServerProcess]:
     ).start()
     yield process
     process.stop()
+
+
+def string_params(**values: str) -> str:
+    """``parameters`` entries of a config, each a ``string_value``."""
+    return " ".join(
+        f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}' for k, v in values.items()
+    )
+
+
+def script(module: Any) -> Any:
+    """``torch.jit.script`` of a module, typed for the callers' ``write_model``."""
+    import torch
+
+    return torch.jit.script(module)

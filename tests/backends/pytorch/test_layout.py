@@ -13,6 +13,7 @@ from torch import nn
 from tritonclient.utils import InferenceServerException
 
 from ptserve.backends.base import InstanceSpec
+from ptserve.backends.pytorch.convert import TorchArray
 from ptserve.backends.pytorch.devices import placement_for
 from ptserve.backends.pytorch.layout import (
     channels_last_candidates,
@@ -24,7 +25,14 @@ from ptserve.backends.pytorch.runner import TorchInstance
 from ptserve.config.io import model_io
 from ptserve.config.parse import parse_config
 from ptserve.examples import cnn, write_model
-from tests.backends.pytorch.helpers import infer, load_instances, serve_leniently
+from tests.backends.pytorch.helpers import (
+    infer,
+    load_instances,
+    prepared,
+    script,
+    serve_leniently,
+    string_params,
+)
 from tests.serverproc import ServerProcess
 
 
@@ -78,13 +86,7 @@ def _config(
 
 
 def _format(value: str) -> str:
-    return f'parameters {{ key: "INPUT_MEMORY_FORMAT" value: {{ string_value: "{value}" }} }}'
-
-
-def _script(module: nn.Module) -> torch.jit.ScriptModule:
-    module.eval()
-    scripted: torch.jit.ScriptModule = torch.jit.script(module)
-    return scripted
+    return string_params(INPUT_MEMORY_FORMAT=value)
 
 
 CNN = cnn()  # convolutions and max pooling: much faster on channels-last CPU tensors
@@ -94,22 +96,27 @@ SEEN = "[ 2 ]", "TYPE_INT64"
 
 
 def build(repo: Path) -> None:
-    write_model(repo, "cnn_auto", _config("cnn_auto"), {1: _script(CNN)})
-    write_model(repo, "cnn_view", _config("cnn_view"), {1: _script(CNN_VIEW)})
+    write_model(repo, "cnn_auto", _config("cnn_auto"), {1: script(CNN)})
+    write_model(repo, "cnn_view", _config("cnn_view"), {1: script(CNN_VIEW)})
     write_model(
         repo, "cnn_view_forced", _config("cnn_view_forced", extra=_format("channels_last")),
-        {1: _script(CNN_VIEW)},
+        {1: script(CNN_VIEW)},
     )  # fmt: skip
     write_model(
         repo, "seen_forced", _config("seen_forced", *SEEN, extra=_format("Channels_Last")),
-        {1: _script(LayoutSeen())},
+        {1: script(LayoutSeen())},
     )  # fmt: skip
     write_model(
         repo, "seen_contiguous", _config("seen_contiguous", *SEEN, extra=_format("contiguous")),
-        {1: _script(LayoutSeen())},
+        {1: script(LayoutSeen())},
     )  # fmt: skip
-    write_model(repo, "counting", _config("counting", "[ 1 ]"), {1: _script(CountingConv())})
-    write_model(repo, "bad_format", _config("bad_format", extra=_format("nhwc")), {1: _script(CNN)})
+    write_model(repo, "counting", _config("counting", "[ 1 ]"), {1: script(CountingConv())})
+    write_model(
+        repo,
+        "bad_format",
+        _config("bad_format", extra=_format("nhwc")),
+        {1: script(CNN)},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -165,6 +172,18 @@ def test_forced_and_refused_layouts_reach_the_model_as_set(server: ServerProcess
     log = server.log()
     assert "model 'seen_forced': inputs x reach the model channels-last\n" in log
     assert "model 'seen_contiguous': inputs x" not in log  # no probe, no decision to report
+
+
+def test_tensors_from_in_process_callers_are_converted_too(repo: Path) -> None:
+    """Inputs that come as torch tensors (the embedded API) take the other gathering path."""
+    (forced,) = load_instances(repo / "seen_forced")
+    (plain,) = load_instances(repo / "seen_contiguous")
+    images = TorchArray(torch.from_numpy(_images(2)))
+    request = prepared({"x": images}, ("y",), batch=2)
+    for instance, expected in ((forced, [[1, 0], [1, 0]]), (plain, [[0, 1], [0, 1]])):
+        result = instance.execute([request]).results[0]
+        assert isinstance(result, dict)
+        assert np.asarray(result["y"]).tolist() == expected
 
 
 def test_a_batch_failing_only_channels_last_runs_again_contiguous(server: ServerProcess) -> None:

@@ -17,7 +17,9 @@ from tests.backends.pytorch.helpers import (
     infer,
     load_instances,
     prepared,
+    script,
     serve_leniently,
+    string_params,
     write_config_only,
 )
 from tests.serverproc import ServerProcess
@@ -96,12 +98,6 @@ class Halve(nn.Module):
         return (x * 0.5).to(x.dtype)
 
 
-def _params(**values: str) -> str:
-    return " ".join(
-        f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}' for k, v in values.items()
-    )
-
-
 def _one_in_out(
     name: str, dtype: str = "TYPE_FP32", out: str = "TYPE_FP32", batch: int = 0, extra: str = ""
 ) -> str:
@@ -116,46 +112,41 @@ def _one_in_out(
     """
 
 
-def _script(module: nn.Module) -> torch.jit.ScriptModule:
-    scripted: torch.jit.ScriptModule = torch.jit.script(module)
-    return scripted
-
-
 GRAD_MODELS = {
     "grad_default": "",
-    "grad_on": _params(INFERENCE_MODE="On"),
-    "grad_off": _params(INFERENCE_MODE="FALSE"),
-    "grad_zero": _params(INFERENCE_MODE="0"),
+    "grad_on": string_params(INFERENCE_MODE="On"),
+    "grad_off": string_params(INFERENCE_MODE="FALSE"),
+    "grad_zero": string_params(INFERENCE_MODE="0"),
 }
 
 
 def build(repo: Path) -> None:
     for name, extra in GRAD_MODELS.items():
         write_model(
-            repo, name, _one_in_out(name, out="TYPE_INT64", extra=extra), {1: _script(GradState())}
+            repo, name, _one_in_out(name, out="TYPE_INT64", extra=extra), {1: script(GradState())}
         )
-    write_model(repo, "fails", _one_in_out("fails"), {1: _script(Fails())})
+    write_model(repo, "fails", _one_in_out("fails"), {1: script(Fails())})
     write_model(
         repo,
         "shared",
         _one_in_out(
             "shared",
             extra="instance_group [ { count: 2 kind: KIND_CPU } ] "
-            + _params(ENABLE_WEIGHT_SHARING="true", ENABLE_CACHE_CLEANING="true"),
+            + string_params(ENABLE_WEIGHT_SHARING="true", ENABLE_CACHE_CLEANING="true"),
         ),
-        {1: _script(Counter())},
+        {1: script(Counter())},
     )
     write_model(
         repo,
         "auto_kind",
         _one_in_out("auto_kind", extra="instance_group [ { kind: KIND_AUTO } ]"),
-        {1: _script(Halve())},
+        {1: script(Halve())},
     )
     write_model(
         repo,
         "model_kind",
         _one_in_out("model_kind", extra="instance_group [ { kind: KIND_MODEL } ]"),
-        {1: _script(Halve())},
+        {1: script(Halve())},
     )
     write_model(
         repo,
@@ -169,7 +160,7 @@ def build(repo: Path) -> None:
         output [ { name: "DIFF" data_type: TYPE_FP32 dims: [ 2 ] },
                  { name: "SUM" data_type: TYPE_FP32 dims: [ 2 ] } ]
         """,
-        {1: _script(DictOut())},
+        {1: script(DictOut())},
     )
     write_model(
         repo,
@@ -184,7 +175,7 @@ def build(repo: Path) -> None:
         output [ { name: "TOTAL__0" data_type: TYPE_FP32 dims: [ 2 ] },
                  { name: "DOUBLE__1" data_type: TYPE_FP32 dims: [ 2 ] } ]
         """,
-        {1: _script(ListIO())},
+        {1: script(ListIO())},
     )
     write_model(
         repo,
@@ -199,7 +190,7 @@ def build(repo: Path) -> None:
         output [ { name: "FIRST" data_type: TYPE_FP32 dims: [ 2 ] },
                  { name: "SECOND" data_type: TYPE_FP32 dims: [ 2 ] } ]
         """,
-        {1: _script(TupleIO())},
+        {1: script(TupleIO())},
     )
     write_model(
         repo,
@@ -212,7 +203,7 @@ def build(repo: Path) -> None:
                 { name: "bias" data_type: TYPE_FP32 dims: [ 2 ] optional: true } ]
         output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 2 ] } ]
         """,
-        {1: _script(OptionalBias())},
+        {1: script(OptionalBias())},
     )
     write_model(
         repo,
@@ -224,19 +215,19 @@ def build(repo: Path) -> None:
                 { name: "y" data_type: TYPE_FP32 dims: [ 2 ] optional: true } ]
         output [ { name: "OUT__0" data_type: TYPE_FP32 dims: [ 2 ] } ]
         """,
-        {1: _script(DictOut())},
+        {1: script(DictOut())},
     )
     write_model(
         repo,
         "method",
-        _one_in_out("method", extra=_params(MODEL_METHOD="triple")),
-        {1: _script(TwoMethods())},
+        _one_in_out("method", extra=string_params(MODEL_METHOD="triple")),
+        {1: script(TwoMethods())},
     )
     write_model(
         repo,
         "method_missing",
-        _one_in_out("method_missing", extra=_params(MODEL_METHOD="quadruple")),
-        {1: _script(TwoMethods())},
+        _one_in_out("method_missing", extra=string_params(MODEL_METHOD="quadruple")),
+        {1: script(TwoMethods())},
     )
     write_model(
         repo,
@@ -248,7 +239,7 @@ def build(repo: Path) -> None:
         input [ { name: "s" data_type: TYPE_STRING dims: [ 1 ] reshape: { shape: [] } } ]
         output [ { name: "OUT__0" data_type: TYPE_STRING dims: [ 1 ] reshape: { shape: [] } } ]
         """,
-        {1: _script(Exclaim())},
+        {1: script(Exclaim())},
     )
     for dtype in ("BF16", "UINT16", "UINT32", "UINT64"):
         name = f"halve_{dtype.lower()}"
@@ -256,24 +247,24 @@ def build(repo: Path) -> None:
             repo,
             name,
             _one_in_out(name, f"TYPE_{dtype}", f"TYPE_{dtype}", batch=4),
-            {1: _script(Halve())},
+            {1: script(Halve())},
         )
     write_model(
-        repo, "bad_bool", _one_in_out("bad_bool", extra=_params(INFERENCE_MODE="yes")),
-        {1: _script(Halve())},
+        repo, "bad_bool", _one_in_out("bad_bool", extra=string_params(INFERENCE_MODE="yes")),
+        {1: script(Halve())},
     )  # fmt: skip
     write_model(
         repo,
         "bad_int",
-        _one_in_out("bad_int", extra=_params(INTRA_OP_THREAD_COUNT="two")),
-        {1: _script(Halve())},
+        _one_in_out("bad_int", extra=string_params(INTRA_OP_THREAD_COUNT="two")),
+        {1: script(Halve())},
     )
-    write_model(repo, "wrong_count", _one_in_out("wrong_count"), {1: _script(DictOut())})
+    write_model(repo, "wrong_count", _one_in_out("wrong_count"), {1: script(DictOut())})
     # No inputs at all is a valid config (as in the reference); the model takes two.
     no_inputs = _one_in_out("no_inputs").replace(
         'input [ { name: "x" data_type: TYPE_FP32 dims: [ 2 ] } ]', ""
     )
-    write_model(repo, "no_inputs", no_inputs, {1: _script(DictOut())})
+    write_model(repo, "no_inputs", no_inputs, {1: script(DictOut())})
     write_config_only(repo, "missing_file", _one_in_out("missing_file"))
 
 

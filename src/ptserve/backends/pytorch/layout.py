@@ -29,6 +29,7 @@ from typing import TypeVar
 import numpy as np
 import torch
 
+from ptserve.backends.pytorch.convert import TORCH_DTYPES
 from ptserve.backends.pytorch.devices import Placement
 from ptserve.backends.pytorch.runner import ModelCall, RunPlan, TorchInstance, zeros_request
 from ptserve.backends.pytorch.settings import MEMORY_FORMAT_PARAMETER
@@ -42,7 +43,8 @@ M = TypeVar("M", bound=torch.nn.Module)
 
 log = logging_setup.module_logger("ptserve.backends.pytorch", __file__)
 
-FLOAT_TYPES = frozenset({"FP16", "FP32", "FP64", "BF16"})
+# The datatypes whose tensors are floating point (FP16, FP32, FP64, BF16).
+FLOAT_TYPES = frozenset(name for name, dtype in TORCH_DTYPES.items() if dtype.is_floating_point)
 
 PROBE_MAX_BATCH = 4  # rows of the probe's batch (fewer when the model takes fewer)
 PROBE_BUDGET_S = 1.0  # timed calls of both layouts together, after two warm-up calls each
