@@ -210,6 +210,24 @@ def test_trace_config_flags(capsys: pytest.CaptureFixture[str]) -> None:
     assert "'default', 'ISO8601', 'json'" in capsys.readouterr().err
 
 
+def test_model_load_thread_count(capsys: pytest.CaptureFixture[str]) -> None:
+    from ptserve.cli import build_parser, options_from_args
+
+    parser = build_parser()
+    repository = ["--model-repository", "/nowhere"]
+    assert options_from_args(parser.parse_args(repository)).load_threads == 4  # as the original
+    args = parser.parse_args([*repository, "--model-load-thread-count", "1"])
+    assert options_from_args(args).load_threads == 1
+    for value in ("0", "-2", "two"):
+        with pytest.raises(SystemExit):
+            parser.parse_args([*repository, "--model-load-thread-count", value])
+        error = capsys.readouterr().err
+        assert (
+            f"--model-load-thread-count: expected a whole number of at least 1, got '{value}'"
+            in error
+        )
+
+
 @pytest.mark.parametrize("value", ["-1", "10001", "soon"])
 def test_idle_poll_out_of_range_is_refused(value: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:

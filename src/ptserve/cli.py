@@ -56,6 +56,16 @@ def _non_negative(kind: type[int] | type[float]) -> Any:
     return parse
 
 
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got '{value}'")
+    return number
+
+
 def _backend_config(value: str) -> tuple[str, str, str]:
     """``<backend>,<key>=<value>``, or ``<key>=<value>``: a default for every backend."""
     backend, sep, setting = value.partition(",")
@@ -261,6 +271,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="none",
         help="none: load every model at start; poll: also apply repository changes; "
         "explicit: load --load-model at start, then only what the repository API asks",
+    )
+    models.add_argument(
+        "--model-load-thread-count",
+        type=_positive_int,
+        default=4,
+        metavar="N",
+        help="models loaded at the same time (default 4)",
     )
     models.add_argument(
         "--load-model",
@@ -475,6 +492,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         allow_client_shm=bool(args.allow_client_shm),
         model_control_mode=args.model_control_mode,
         load_models=list(args.load_model),
+        load_threads=args.model_load_thread_count,
         repository_poll_secs=args.repository_poll_secs,
         idle_poll_us=args.idle_poll_us,
         repository_options=RepositoryOptions(args.repository_cache_dir, args.model_name or ""),

@@ -84,11 +84,11 @@ def _datatype(array: np.ndarray) -> str:
     return str(np_to_triton_dtype(array.dtype))
 
 
-def serve_leniently(repository: Path) -> Iterator[ServerProcess]:
+def serve_leniently(repository: Path, *args: str) -> Iterator[ServerProcess]:
     """A server on ``repository`` that starts although some of its models fail to load (the
     tests check those failures); for a module-scoped fixture to ``yield from``."""
     process = ServerProcess(
-        [repository], ["--exit-on-error=false", "--strict-readiness=false"]
+        [repository], ["--exit-on-error=false", "--strict-readiness=false", *args]
     ).start()
     yield process
     process.stop()

@@ -22,11 +22,11 @@ from ptserve.backends.base import BackendInstance, BackendModel, InstanceSpec, L
 from ptserve.backends.pytorch.binding import positional
 from ptserve.backends.pytorch.devices import Placement, SharedModules, placement_for
 from ptserve.backends.pytorch.execution import POOLS
+from ptserve.backends.pytorch.layout import choose_layout
 from ptserve.backends.pytorch.outputs import OutputPlan
 from ptserve.backends.pytorch.pt2_names import LeafMap, map_names
 from ptserve.backends.pytorch.runner import (
     COMPILE_LOCK,
-    ModelCall,
     RunPlan,
     TorchInstance,
     check_string_shapes,
@@ -39,6 +39,9 @@ log = logging.getLogger("ptserve.backends.pytorch")
 
 PLATFORM = "torch_aoti"
 DEFAULT_FILENAME = "model.pt2"
+AOTI_LAYOUTS = (
+    "AOTInductor code is compiled for the memory formats of the inputs it was exported with"
+)
 
 
 FlatRun = Callable[[list[torch.Tensor]], list[torch.Tensor]]
@@ -56,8 +59,13 @@ class Pt2Call:
         outputs: LeafMap,
         output_names: list[str],
         out_spec: pytree.TreeSpec,
+        module: torch.nn.Module | None = None,
+        in_spec: pytree.TreeSpec | None = None,
     ) -> None:
         self.run = run
+        self.module = module  # an exported program's (None for AOTInductor code)
+        self.in_spec = in_spec
+        self.leaf_maps = (inputs, outputs, output_names)
         self.input_leaves = inputs.leaves
         self.outputs = (
             None
@@ -75,6 +83,11 @@ class Pt2Call:
         if self.outputs is None:
             return pytree.tree_unflatten(results, self.out_spec)
         return {name: results[leaf] for name, leaf in self.outputs}
+
+    def with_module(self, module: torch.nn.Module) -> Pt2Call:
+        """The same call on another copy of the exported program's module (the layout probe)."""
+        assert self.in_spec is not None
+        return Pt2Call(_structured(module, self.in_spec), *self.leaf_maps, self.out_spec)
 
 
 def is_aoti_package(path: Path) -> bool:
@@ -118,7 +131,7 @@ class Pt2Model(BackendModel):
                 "of torch._inductor.aoti_compile_and_package or torch.export.save)"
             ) from None
         kind = "AOTInductor package" if self.aoti else "torch.export program"
-        self.shared: SharedModules[ModelCall] = SharedModules(self.settings.weight_sharing, kind)
+        self.shared: SharedModules[Pt2Call] = SharedModules(self.settings.weight_sharing, kind)
         self.plan = RunPlan(
             context.name,
             context.io,
@@ -129,9 +142,11 @@ class Pt2Model(BackendModel):
         log.info(
             "model '%s': '%s' is a%s %s", context.name, path.name, "n" if self.aoti else "", kind
         )
+        self.layout_chosen = False  # decided with the first instance
 
-    def _load(self, placement: Placement) -> ModelCall:
+    def _load(self, placement: Placement) -> Pt2Call:
         device = placement.load_device
+        module: torch.nn.Module | None = None
         try:
             if self.aoti:
                 index = device.index if device is not None and device.type == "cuda" else -1
@@ -174,12 +189,16 @@ class Pt2Model(BackendModel):
             inputs.convention,
             "the result's own names or positions" if outputs.leaves is None else outputs.convention,
         )
-        return Pt2Call(run, inputs, outputs, output_names, out_spec)
+        return Pt2Call(run, inputs, outputs, output_names, out_spec, module, in_spec)
 
     def create_instance(self, spec: InstanceSpec) -> BackendInstance:
         placement = placement_for(spec)
         with COMPILE_LOCK:
             call = self.shared.get(placement, spec.name, lambda: self._load(placement))
+        if not self.layout_chosen:  # (outside the lock: the probe may take a second)
+            obstacle = AOTI_LAYOUTS if self.aoti else None
+            self.plan = choose_layout(self.plan, placement, call.module, call.with_module, obstacle)
+            self.layout_chosen = True
         return TorchInstance(self.plan, spec.name, placement, call)
 
     def unload(self) -> None:

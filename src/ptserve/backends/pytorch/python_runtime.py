@@ -25,6 +25,7 @@ from ptserve.backends.base import BackendInstance, BackendModel, InstanceSpec, L
 from ptserve.backends.pytorch.binding import positional
 from ptserve.backends.pytorch.devices import Placement, placement_for
 from ptserve.backends.pytorch.execution import POOLS
+from ptserve.backends.pytorch.layout import choose_layout
 from ptserve.backends.pytorch.outputs import OutputPlan
 from ptserve.backends.pytorch.runner import (
     COMPILE_LOCK,
@@ -44,6 +45,7 @@ log = logging.getLogger("ptserve.backends.pytorch")
 RUNTIME = "model.py"
 PYTHON_THREAD_DEFAULT = 1  # NUM_THREADS' default in the Python runtime
 _import_lock = threading.Lock()
+COMPILED_LAYOUTS = "torch.compile chooses the memory formats inside what it compiles"
 
 
 class PythonModel(BackendModel):
@@ -71,6 +73,7 @@ class PythonModel(BackendModel):
             OutputPlan(context.name, context.io),
             thread_default=PYTHON_THREAD_DEFAULT,
         )
+        self.layout_chosen = False  # the plan's input layout is decided with the first module
 
     def _import(self) -> ModuleType:
         module_name = f"ptserve_model_{self.name}_{self.context.version}".replace("-", "_")
@@ -126,11 +129,21 @@ class PythonModel(BackendModel):
                     "has no parameters or buffers to tell its device; use KIND_CPU or KIND_GPU"
                 )
             placement = Placement(placement.kind, None, device, placement.stream)
+        if not self.layout_chosen:
+            # (Probed uncompiled: torch.compile is only entered under COMPILE_LOCK.)
+            obstacle = COMPILED_LAYOUTS if self.compiled else None
+            self.plan = choose_layout(self.plan, placement, module, self._target, obstacle)
+            self.layout_chosen = True
         with COMPILE_LOCK:
             instance = TorchInstance(self.plan, spec.name, placement, self._compile(module))
         # Compiled on the first calls: the warm-up, on the instance's worker thread (prepare).
-        instance.warm_on_prepare = not self.settings.compile_options.get("disable", False)
+        instance.warm_on_prepare = self.compiled
         return instance
+
+    @property
+    def compiled(self) -> bool:
+        """Whether torch.compile compiles the module (not with ``"disable": true``)."""
+        return not self.settings.compile_options.get("disable", False)
 
     def _build(self, placement: Placement) -> nn.Module:
         try:
@@ -167,15 +180,21 @@ class PythonModel(BackendModel):
                 f"{self.module_class.__name__}: {first_line(exc)}"
             ) from None
 
-    def _compile(self, module: nn.Module) -> ModelCall:
+    def _target(self, module: nn.Module) -> ModelCall:
+        """What is served of ``module``: the module itself (its hooks run) for ``forward``,
+        else its ``MODEL_METHOD``."""
         method_name = self.settings.method
         method = getattr(module, method_name, None)
         if not callable(method):
             raise invalid_arg(
                 f"model '{self.name}': {self.module_class.__name__} has no method '{method_name}'"
             )
+        target: ModelCall = module if method_name == "forward" else method
+        return target
+
+    def _compile(self, module: nn.Module) -> ModelCall:
+        target = self._target(module)
         options: dict[str, Any] = dict(self.settings.compile_options)
-        target: Any = module if method_name == "forward" else method
         try:
             compiled: ModelCall = torch.compile(target, **options)
         except Exception as exc:
