@@ -3,6 +3,7 @@ refused layouts, the fallback when a batch fails only channels-last, and that re
 
 from __future__ import annotations
 
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -101,8 +102,10 @@ def _python_config(name: str, compile_options: str, extra: str = "", seen: bool 
     )
 
 
-def _pt2_config(name: str) -> str:
-    return _config(name).replace('platform: "pytorch_libtorch"', 'platform: "torch_aoti"')
+def _pt2_config(name: str, extra: str = "") -> str:
+    return _config(name, extra=extra).replace(
+        'platform: "pytorch_libtorch"', 'platform: "torch_aoti"'
+    )
 
 
 def _exported(module: nn.Module) -> torch.export.ExportedProgram:
@@ -170,6 +173,12 @@ def build(repo: Path) -> None:
     )  # fmt: skip
     exported = write_config_only(repo, "pt2_cnn", _pt2_config("pt2_cnn"))
     torch.export.save(_exported(CNN), str(exported / "1" / "model.pt2"))
+    # An AOTInductor package as far as the load can tell before it opens the code.
+    aoti = write_config_only(
+        repo, "aoti_forced", _pt2_config("aoti_forced", _format("channels_last"))
+    )
+    with zipfile.ZipFile(aoti / "1" / "model.pt2", "w") as archive:
+        archive.writestr("model/data/aotinductor/model/model.wrapper.so", b"")
     forced = _format("channels_last")
     write_python_model(
         repo, "py_seen_forced", _python_config("py_seen_forced", COMPILED, forced, seen=True),
@@ -297,6 +306,18 @@ def test_exported_programs_are_probed(server: ServerProcess, repo: Path) -> None
     np.testing.assert_allclose(got, _expected(CNN, images), rtol=1e-4, atol=1e-5)
     (instance,) = load_instances(repo / "pt2_cnn")
     assert isinstance(instance, TorchInstance) and instance.channels_last == frozenset({"x"})
+
+
+def test_aoti_packages_refuse_a_forced_layout(server: ServerProcess) -> None:
+    """Compiled code given other strides than it was exported with computes wrong results."""
+    message = (
+        "model 'aoti_forced': INPUT_MEMORY_FORMAT channels_last cannot apply to an AOTInductor "
+        "package (inputs x): its compiled code reads its inputs with the strides they were "
+        "exported with, and other strides give wrong results, not an error; use auto or contiguous"
+    )
+    assert message in server.log()
+    with pytest.raises(InferenceServerException, match=r"unknown model|not ready|available"):
+        infer(server.http_url, "aoti_forced", {"x": _images(1)})
 
 
 def test_compiled_python_runtime_models_are_not_probed_unless_forced(

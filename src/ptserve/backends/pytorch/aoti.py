@@ -22,7 +22,7 @@ from ptserve.backends.base import BackendInstance, BackendModel, InstanceSpec, L
 from ptserve.backends.pytorch.binding import positional
 from ptserve.backends.pytorch.devices import Placement, SharedModules, placement_for
 from ptserve.backends.pytorch.execution import POOLS
-from ptserve.backends.pytorch.layout import choose_layout
+from ptserve.backends.pytorch.layout import channels_last_candidates, choose_layout
 from ptserve.backends.pytorch.outputs import OutputPlan
 from ptserve.backends.pytorch.pt2_names import LeafMap, map_names
 from ptserve.backends.pytorch.runner import (
@@ -32,7 +32,7 @@ from ptserve.backends.pytorch.runner import (
     check_string_shapes,
     first_line,
 )
-from ptserve.backends.pytorch.settings import Settings
+from ptserve.backends.pytorch.settings import MEMORY_FORMAT_PARAMETER, Settings
 from ptserve.common.errors import invalid_arg
 
 log = logging.getLogger("ptserve.backends.pytorch")
@@ -130,6 +130,15 @@ class Pt2Model(BackendModel):
                 f"model '{context.name}': '{path}' is not a .pt2 archive (expected the output "
                 "of torch._inductor.aoti_compile_and_package or torch.export.save)"
             ) from None
+        if self.aoti and self.settings.memory_format == "channels_last":
+            names = channels_last_candidates(context.io)
+            if names:
+                raise invalid_arg(
+                    f"model '{context.name}': {MEMORY_FORMAT_PARAMETER} channels_last cannot "
+                    f"apply to an AOTInductor package (inputs {', '.join(sorted(names))}): its "
+                    "compiled code reads its inputs with the strides they were exported with, "
+                    "and other strides give wrong results, not an error; use auto or contiguous"
+                )
         kind = "AOTInductor package" if self.aoti else "torch.export program"
         self.shared: SharedModules[Pt2Call] = SharedModules(self.settings.weight_sharing, kind)
         self.plan = RunPlan(
