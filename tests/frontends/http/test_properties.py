@@ -76,13 +76,14 @@ def _decode_once(body: bytes, header_length: int | None, cache: codec.HeaderCach
     for tensor in request.inputs:
         assert isinstance(tensor.data, np.ndarray)
         assert tensor.data.shape == tensor.shape
-    # Raw bytes compare NaN payloads too; BYTES elements are Python objects, compared by value.
+    # Raw bytes compare NaN payloads too; BYTES elements are Python objects, compared by value
+    # (flat: a shape such as [2147483648, 0] holds no element, but has 2**31 empty rows).
     return [
         (
             t.name,
             t.datatype.name,
             t.shape,
-            t.data.tolist() if t.data.dtype == object else t.data.tobytes(),
+            t.data.reshape(-1).tolist() if t.data.dtype == object else t.data.tobytes(),
         )
         for t in request.inputs
     ]
