@@ -223,17 +223,19 @@ def _expected(module: nn.Module, images: np.ndarray) -> np.ndarray:
     return result
 
 
+# The same CNN as TorchScript, as a model.py module run eagerly, and as a torch.export program.
+@pytest.mark.parametrize("model", ["cnn_auto", "py_cnn", "pt2_cnn"])
 def test_auto_takes_channels_last_for_a_cnn_and_the_results_match(
-    server: ServerProcess, repo: Path
+    server: ServerProcess, repo: Path, model: str
 ) -> None:
-    assert _decision(server, "cnn_auto").startswith(
-        "model 'cnn_auto': inputs x reach the model channels-last (a batch of 4"
+    assert _decision(server, model).startswith(
+        f"model '{model}': inputs x reach the model channels-last (a batch of 4"
     )
     for rows in (1, 3, 8):
         images = _images(rows, rows)
-        got = infer(server.http_url, "cnn_auto", {"x": images}).as_numpy("y")
+        got = infer(server.http_url, model, {"x": images}).as_numpy("y")
         np.testing.assert_allclose(got, _expected(CNN, images), rtol=1e-4, atol=1e-5)
-    (instance,) = load_instances(repo / "cnn_auto")
+    (instance,) = load_instances(repo / model)
     assert isinstance(instance, TorchInstance) and instance.channels_last == frozenset({"x"})
 
 
@@ -284,28 +286,6 @@ def test_the_probe_leaves_the_served_module_untouched(server: ServerProcess) -> 
     first = infer(server.http_url, "counting", {"x": _images(1)}).as_numpy("y")
     assert first.tolist() == [[1.0]]
     assert "model 'counting': inputs x " in server.log()  # it was probed
-
-
-def test_python_runtime_models_run_eagerly_are_probed(server: ServerProcess, repo: Path) -> None:
-    assert _decision(server, "py_cnn").startswith(
-        "model 'py_cnn': inputs x reach the model channels-last (a batch of 4"
-    )
-    images = _images(3)
-    got = infer(server.http_url, "py_cnn", {"x": images}).as_numpy("y")
-    np.testing.assert_allclose(got, _expected(CNN, images), rtol=1e-4, atol=1e-5)
-    (instance,) = load_instances(repo / "py_cnn")
-    assert isinstance(instance, TorchInstance) and instance.channels_last == frozenset({"x"})
-
-
-def test_exported_programs_are_probed(server: ServerProcess, repo: Path) -> None:
-    assert _decision(server, "pt2_cnn").startswith(
-        "model 'pt2_cnn': inputs x reach the model channels-last (a batch of 4"
-    )
-    images = _images(5)
-    got = infer(server.http_url, "pt2_cnn", {"x": images}).as_numpy("y")
-    np.testing.assert_allclose(got, _expected(CNN, images), rtol=1e-4, atol=1e-5)
-    (instance,) = load_instances(repo / "pt2_cnn")
-    assert isinstance(instance, TorchInstance) and instance.channels_last == frozenset({"x"})
 
 
 def test_aoti_packages_refuse_a_forced_layout(server: ServerProcess) -> None:
