@@ -8,7 +8,8 @@ side by side with a peer.
 The servers run on core 0 and the load generator on core 1 (``taskset``). ``--peer triton``
 also measures Triton with its LibTorch backend on the same models (see ``benchmarks.peers``),
 in turn with ptserve in every repeat; each row is the best of ``--repeats`` (by p50 at
-concurrency 1, by throughput above).
+concurrency 1, by throughput above), and a last table gives ptserve / peer repeat by repeat
+with the median of those ratios, the verdict to quote.
 
 Uses perf_analyzer (binary tensors) when it is installed (``PERF_ANALYZER`` or
 ``~/.cache/perf-analyzer/perf_analyzer``), else a built-in tritonclient load loop. Figures are
@@ -206,6 +207,24 @@ def better(a: dict[str, float] | None, b: dict[str, float], concurrency: int) ->
     return a if a["throughput"] >= b["throughput"] else b
 
 
+def side_by_side(
+    model: str,
+    protocol: str,
+    concurrency: int,
+    peer: str,
+    ours: list[dict[str, float]],
+    theirs: list[dict[str, float]],
+) -> str:
+    """A row of ptserve / peer ratios, one per repeat and their median: a verdict that one
+    lucky or unlucky repeat of either server cannot decide, unlike the best of each."""
+    cells: list[str] = []
+    for field in ("p50_us", "p99_us", "throughput"):
+        ratios = [a[field] / b[field] for a, b in zip(ours, theirs, strict=False) if b[field]]
+        listed = " ".join(f"{r:.2f}" for r in ratios)
+        cells += [listed, f"{statistics.median(ratios):.2f}" if ratios else "-"]
+    return f"| {model} | {protocol} | {concurrency} | {peer} | " + " | ".join(cells) + " |"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repository", type=Path, help="example repository (built if absent)")
@@ -278,11 +297,13 @@ def main(argv: list[str] | None = None) -> None:
             traced = stack.enter_context(Pinned([repository], "0", trace_args(receiver.url)))
             targets += [(TRACED, p, traced) for p in args.protocols if p != "grpc-aio"]
         costs: list[str] = []  # the rows of the tracing table
+        pairs: list[str] = []  # the rows of the side-by-side table (peers only)
         spans_per_request: dict[tuple[str, str, int], float] = {}
         for model in args.models:
             for concurrency in args.concurrency:
                 baseline = in_process(repository, model, args.seconds)
                 found: dict[tuple[str, str], dict[str, float]] = {}
+                runs: dict[tuple[str, str], list[dict[str, float]]] = {}  # every repeat's
                 for _ in range(args.repeats):
                     for name, protocol, target in targets:
                         wire = "http" if protocol == "http" else "grpc"
@@ -300,6 +321,7 @@ def main(argv: list[str] | None = None) -> None:
                             raise SystemExit("the gRPC measurement needs perf_analyzer")
                         key = (name, protocol)
                         found[key] = better(found.get(key), served, concurrency)
+                        runs.setdefault(key, []).append(served)
                         if name == TRACED and receiver is not None:
                             time.sleep(3 * EXPORT_DELAY_MS / 1000)  # the last export arrives
                             count = requests_served(target.metrics_url, model) - served_before
@@ -316,6 +338,13 @@ def main(argv: list[str] | None = None) -> None:
                         f"{served['p50_us'] - baseline['p50_us']:.0f} |",
                         flush=True,
                     )
+                for peer in args.peer:
+                    for protocol in args.protocols:
+                        ours, theirs = runs.get(("ptserve", protocol)), runs.get((peer, protocol))
+                        if ours and theirs:
+                            pairs.append(
+                                side_by_side(model, protocol, concurrency, peer, ours, theirs)
+                            )
                 for protocol in args.protocols:
                     off, on = found.get(("ptserve", protocol)), found.get((TRACED, protocol))
                     if off is None or on is None:
@@ -327,6 +356,18 @@ def main(argv: list[str] | None = None) -> None:
                         f"{on['throughput']:.0f} | {on['throughput'] / off['throughput']:.3f} | "
                         f"{spans_per_request.get((model, protocol, concurrency), 0.0):.2f} |"
                     )
+        if pairs:
+            print(
+                "\nptserve / peer, repeat by repeat (each repeat measures both in turn; below 1 is "
+                "ptserve's lower latency, above 1 its higher throughput), and the median:\n"
+            )
+            print(
+                "| model | protocol | concurrency | peer | p50 ratios | p50 median | p99 ratios "
+                "| p99 median | inf/s ratios | inf/s median |"
+            )
+            print("|---|---|---|---|---|---|---|---|---|---|")
+            for row in pairs:
+                print(row, flush=True)
         if costs:
             print("\nTracing every request (OpenTelemetry, OTLP/HTTP export), side by side:\n")
             print(
