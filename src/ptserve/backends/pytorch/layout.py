@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
+import warnings
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -42,6 +43,12 @@ from ptserve.common.prepared import OutputMap, PreparedRequest
 M = TypeVar("M", bound=torch.nn.Module)
 
 log = logging_setup.module_logger("ptserve.backends.pytorch", __file__)
+
+# Copying an exported program's module copies its pytree specs, and torch 2.13 warns from
+# copyreg about the deprecated class it rebuilds them with: torch's own concern, not the user's.
+warnings.filterwarnings(
+    "ignore", r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning, "copyreg"
+)
 
 # The datatypes whose tensors are floating point (FP16, FP32, FP64, BF16).
 FLOAT_TYPES = frozenset(name for name, dtype in TORCH_DTYPES.items() if dtype.is_floating_point)
