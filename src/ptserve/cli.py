@@ -43,27 +43,22 @@ def _bool(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got '{value}'")
 
 
-def _non_negative(kind: type[int] | type[float]) -> Any:
+def _at_least(kind: type[int] | type[float], minimum: int) -> Any:
+    """An argparse type: a number of ``kind`` no smaller than ``minimum``."""
+    what = "a whole number" if kind is int else "a number"
+
     def parse(value: str) -> int | float:
         try:
             number = kind(value)
         except ValueError:
-            number = -1
-        if number < 0:
-            raise argparse.ArgumentTypeError(f"expected a non-negative number, got '{value}'")
+            number = minimum - 1
+        if number < minimum:
+            raise argparse.ArgumentTypeError(
+                f"expected {what} of at least {minimum}, got '{value}'"
+            )
         return number
 
     return parse
-
-
-def _positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got '{value}'")
-    return number
 
 
 def _backend_config(value: str) -> tuple[str, str, str]:
@@ -274,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     models.add_argument(
         "--model-load-thread-count",
-        type=_positive_int,
+        type=_at_least(int, 1),
         default=4,
         metavar="N",
         help="models loaded at the same time (default 4)",
@@ -360,14 +355,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     http.add_argument(
         "--http-idle-timeout-secs",
-        type=_non_negative(float),
+        type=_at_least(float, 0),
         default=DEFAULT_IDLE_TIMEOUT,
         help="close a keep-alive connection idle this long between requests (default "
         f"{DEFAULT_IDLE_TIMEOUT:g}: longer than load balancers' usual 60 s; 0: never)",
     )
     http.add_argument(
         "--http-max-connections",
-        type=_non_negative(int),
+        type=_at_least(int, 0),
         default=DEFAULT_MAX_CONNECTIONS,
         help="open HTTP connections accepted at once; one more is answered 503 and closed "
         f"(default {DEFAULT_MAX_CONNECTIONS}; 0: no limit)",
@@ -433,7 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         grpc.add_argument(
             flag,
-            type=_non_negative(int),
+            type=_at_least(int, 0),
             default=default,
             help=f"{what} (default {default}; --grpc-transport=aio, as the reference)",
         )

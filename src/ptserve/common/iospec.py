@@ -20,6 +20,11 @@ class IOSpec:
     allow_ragged_batch: bool = False
     label_filename: str = ""
 
+    @property
+    def model_dims(self) -> tuple[int, ...]:
+        """The dimensions as the model sees them (the reshape if any), without the batch one."""
+        return self.reshape if self.reshape is not None else self.dims
+
     def full_shape(self, batching: bool) -> list[int]:
         """The shape clients see in metadata: ``-1`` first for batching models."""
         return ([-1] if batching else []) + list(self.dims)

@@ -75,7 +75,7 @@ def _array(
 
 
 def _zeros(spec: IOSpec, rows: int | None) -> np.ndarray:
-    dims = spec.reshape if spec.reshape is not None else spec.dims
+    dims = spec.model_dims
     shape = ([rows] if rows is not None else []) + [1 if d < 0 else d for d in dims]
     if spec.datatype.is_bytes:
         array = np.empty(shape, dtype=object)

@@ -64,8 +64,7 @@ def channels_last_candidates(io: ModelIO) -> frozenset[str]:
     """The model inputs that reach the model 4-D (batch dimension included) and hold floats."""
     names: set[str] = set()
     for spec in io.inputs:
-        dims = spec.reshape if spec.reshape is not None else spec.dims
-        rank = len(dims) + (1 if io.batching else 0)
+        rank = len(spec.model_dims) + (1 if io.batching else 0)
         if rank == 4 and spec.datatype.name in FLOAT_TYPES:
             names.add(spec.name)
     return frozenset(names)
@@ -80,8 +79,7 @@ def probe_obstacle(io: ModelIO, placement: Placement, module: torch.nn.Module) -
     if io.batch_inputs or io.batch_outputs or any(s.allow_ragged_batch for s in io.inputs):
         return "ragged and generated inputs depend on the batch"
     for spec in io.inputs:
-        dims = spec.reshape if spec.reshape is not None else spec.dims
-        if any(d < 0 for d in dims):
+        if any(d < 0 for d in spec.model_dims):
             return f"input '{spec.name}' has a variable dimension"
     size = sum(t.numel() * t.element_size() for t in module.parameters())
     size += sum(t.numel() * t.element_size() for t in module.buffers())

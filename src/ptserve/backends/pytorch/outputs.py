@@ -65,7 +65,7 @@ class OutputPlan:
         for spec in io.outputs:
             batch_output = io.batch_output(spec.name)
             if batch_output is not None:
-                dims = spec.reshape if spec.reshape is not None else spec.dims
+                dims = spec.model_dims
                 template = ((-1,) if io.batching else ()) + tuple(dims)
                 self.scattered[spec.name] = (batch_output.source, template)
 

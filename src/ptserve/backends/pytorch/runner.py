@@ -62,7 +62,7 @@ def check_string_shapes(model: str, io: ModelIO) -> None:
     """PyTorch strings are ``List[str]``: one-dimensional only, as the original requires."""
     for spec in io.model_inputs + io.model_outputs:
         if spec.datatype.is_bytes:
-            shape = spec.reshape if spec.reshape is not None else spec.dims
+            shape = spec.model_dims
             if len(shape) > 1:
                 raise invalid_arg(
                     f"model '{model}': '{spec.name}' is a string tensor with shape "
@@ -320,9 +320,7 @@ class TorchInstance(BackendInstance):
         then holds a graph for size 1 and a dynamic one for the rest.
         """
         shapes = [(1, 1)]
-        if self.io.max_batch_size > 1 or any(
-            -1 in (s.reshape if s.reshape is not None else s.dims) for s in self.io.model_inputs
-        ):
+        if self.io.max_batch_size > 1 or any(-1 in s.model_dims for s in self.io.model_inputs):
             shapes.append((min(max(self.io.max_batch_size, 1), 2), 2))
         started = time.monotonic()
         for batch_size, variable in shapes:
@@ -348,7 +346,7 @@ def zeros_request(io: ModelIO, batch_size: int, variable: int) -> PreparedReques
     ``variable``."""
     inputs: dict[str, Data] = {}
     for spec in io.inputs + io.extra_inputs:  # sequence control and state inputs too
-        dims = spec.reshape if spec.reshape is not None else spec.dims
+        dims = spec.model_dims
         shape = ([batch_size] if io.batching else []) + [variable if d < 0 else d for d in dims]
         if spec.datatype.is_bytes:
             array = np.empty(shape, dtype=object)
