@@ -11,8 +11,9 @@ model asked one way at ``--concurrency``: perf_analyzer with binary tensors, wit
 h2load sending gRPC ModelInfer messages (wrk and h2load cost their core a fraction of what
 perf_analyzer does, so their rows are the ones where the server's core runs out first).
 ``--peer triton`` starts Triton with its LibTorch backend on the same repository (see
-``benchmarks.peers``); the servers are measured in turn within each repeat, and the best of
-``--repeats`` is compared.
+``benchmarks.peers``); the servers are measured in turn within each repeat, the best of
+``--repeats`` is compared, and a second table gives ptserve / peer repeat by repeat with the
+median of those ratios (throughput, server CPU per request, p99/p50), the verdict to quote.
 
 Both sides compute on the same values: 64 seeded normal samples, sent in turn by perf_analyzer
 (``--input-data``) and wrk (h2load sends the first), of which the in-process baseline's batch
@@ -40,6 +41,7 @@ import io
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -598,6 +600,44 @@ def main(argv: list[str] | None = None) -> None:
     report(chosen, names, figures, inproc, floors, histograms, args)
 
 
+def _served_ratio(ours: dict[str, float], theirs: dict[str, float]) -> float:
+    return ours["throughput"] / theirs["throughput"]
+
+
+def _cpu_ratio(ours: dict[str, float], theirs: dict[str, float]) -> float:
+    return theirs["cpu_us"] / ours["cpu_us"]
+
+
+def _spread_ratio(ours: dict[str, float], theirs: dict[str, float]) -> float:
+    return (ours["p99_us"] / ours["p50_us"]) / (theirs["p99_us"] / theirs["p50_us"])
+
+
+def side_by_side(
+    chosen: list[Scenario], names: list[str], figures: dict[tuple[str, str], list[dict[str, float]]]
+) -> str:
+    """ptserve / peer, repeat by repeat (both servers measured in turn within each repeat), and
+    the median of those ratios: the verdict to quote, which one lucky or unlucky repeat of
+    either server cannot decide, unlike the best of each. CPU is the peer's server CPU per
+    request over ptserve's (above 1: ptserve spends less); p99/p50 is ptserve's spread over
+    the peer's (below 1: ptserve's is tighter)."""
+    lines = [
+        "ptserve / peer, repeat by repeat, and the median",
+        "| scenario | peer | inf/s ratios | inf/s median | CPU ratios | CPU median "
+        "| p99/p50 ratios | p99/p50 median |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for scenario in chosen:
+        ours = figures[(scenario.name, "ptserve")]
+        for peer in names[1:]:
+            theirs = figures[(scenario.name, peer)]
+            cells: list[str] = []
+            for ratio in (_served_ratio, _cpu_ratio, _spread_ratio):
+                values = [ratio(a, b) for a, b in zip(ours, theirs, strict=True)]
+                cells += [" ".join(f"{v:.2f}" for v in values), f"{statistics.median(values):.2f}"]
+            lines.append(f"| {scenario.name} | {peer} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def report(
     chosen: list[Scenario],
     names: list[str],
@@ -633,6 +673,9 @@ def report(
         ptserve = bests["ptserve"]["throughput"]
         row += [f"{ptserve / bests[name]['throughput']:.2f}x" for name in names[1:]]
         print("| " + " | ".join(row) + " |")
+    if len(names) > 1:
+        print()
+        print(side_by_side(chosen, names, figures))
     plain, retained = max(inproc["plain"]), max(inproc["retained"])
     own = max(inproc["channels_last"])
     print(
