@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import statistics
 import subprocess
 import tempfile
 import time
@@ -144,3 +145,11 @@ def process_cpu_s(pid: int) -> float:
     """User and system CPU seconds of a process so far (all its threads)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def ratio_cells(ratios: Sequence[float]) -> list[str]:
+    """Two table cells for ptserve / peer ratios measured repeat by repeat: each of them, and
+    their median ("-" when there is none), the verdict that one lucky or unlucky repeat of either
+    server cannot decide, unlike the best of each."""
+    listed = " ".join(f"{r:.2f}" for r in ratios)
+    return [listed, f"{statistics.median(ratios):.2f}" if ratios else "-"]

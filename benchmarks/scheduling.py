@@ -41,7 +41,6 @@ import io
 import json
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,7 +55,7 @@ import numpy as np
 import torch
 from tests.serverproc import free_port
 
-from benchmarks.peers import PEERS, Server, process_cpu_s, servers
+from benchmarks.peers import PEERS, Server, process_cpu_s, ratio_cells, servers
 from benchmarks.serving import perf_analyzer_path
 from ptserve.common.host_memory import retain_freed_memory
 from ptserve.examples import CNN_CONFIG, MLP_CONFIG, build_example_repository
@@ -616,10 +615,9 @@ def side_by_side(
     chosen: list[Scenario], names: list[str], figures: dict[tuple[str, str], list[dict[str, float]]]
 ) -> str:
     """ptserve / peer, repeat by repeat (both servers measured in turn within each repeat), and
-    the median of those ratios: the verdict to quote, which one lucky or unlucky repeat of
-    either server cannot decide, unlike the best of each. CPU is the peer's server CPU per
-    request over ptserve's (above 1: ptserve spends less); p99/p50 is ptserve's spread over
-    the peer's (below 1: ptserve's is tighter)."""
+    the median of those ratios. CPU is the peer's server CPU per request over ptserve's (above
+    1: ptserve spends less); p99/p50 is ptserve's spread over the peer's (below 1: ptserve's is
+    tighter)."""
     lines = [
         "ptserve / peer, repeat by repeat, and the median",
         "| scenario | peer | inf/s ratios | inf/s median | CPU ratios | CPU median "
@@ -632,8 +630,7 @@ def side_by_side(
             theirs = figures[(scenario.name, peer)]
             cells: list[str] = []
             for ratio in (_served_ratio, _cpu_ratio, _spread_ratio):
-                values = [ratio(a, b) for a, b in zip(ours, theirs, strict=True)]
-                cells += [" ".join(f"{v:.2f}" for v in values), f"{statistics.median(values):.2f}"]
+                cells += ratio_cells([ratio(a, b) for a, b in zip(ours, theirs, strict=True)])
             lines.append(f"| {scenario.name} | {peer} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.peers import PEERS, Pinned, servers
+from benchmarks.peers import PEERS, Pinned, ratio_cells, servers
 from ptserve.examples import build_example_repository
 
 TRACED = "ptserve+trace"
@@ -215,13 +215,12 @@ def side_by_side(
     ours: list[dict[str, float]],
     theirs: list[dict[str, float]],
 ) -> str:
-    """A row of ptserve / peer ratios, one per repeat and their median: a verdict that one
-    lucky or unlucky repeat of either server cannot decide, unlike the best of each."""
+    """A row of ptserve / peer ratios, one per repeat, and their median."""
     cells: list[str] = []
     for field in ("p50_us", "p99_us", "throughput"):
-        ratios = [a[field] / b[field] for a, b in zip(ours, theirs, strict=False) if b[field]]
-        listed = " ".join(f"{r:.2f}" for r in ratios)
-        cells += [listed, f"{statistics.median(ratios):.2f}" if ratios else "-"]
+        cells += ratio_cells(
+            [a[field] / b[field] for a, b in zip(ours, theirs, strict=False) if b[field]]
+        )
     return f"| {model} | {protocol} | {concurrency} | {peer} | " + " | ".join(cells) + " |"
 
 

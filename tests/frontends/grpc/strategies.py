@@ -15,6 +15,7 @@ from ptserve.common import datatypes
 from ptserve.common.errors import ServerError, Status
 from ptserve.core.shared_memory import SharedMemoryRegistry
 from ptserve.frontends.grpc import convert
+from tests.frontends.elements import comparable
 
 # What a client may be told; INTERNAL (a bug of ours) or any other exception fails the property.
 CLIENT_ERRORS = {Status.INVALID_ARGUMENT, Status.UNSUPPORTED, Status.NOT_FOUND}
@@ -202,11 +203,6 @@ def check_decode(message: Any, registry: SharedMemoryRegistry) -> bool:
     return not isinstance(outcomes[0], str)
 
 
-def _values(data: np.ndarray) -> object:
-    """A tensor's elements, comparable: the bytes, or the BYTES elements in a flat list."""
-    return data.reshape(-1).tolist() if data.dtype == object else data.tobytes()
-
-
 def _decode_once(
     message: Any, registry: SharedMemoryRegistry, forms: convert.FormCache | None
 ) -> object:
@@ -223,9 +219,7 @@ def _decode_once(
         assert isinstance(tensor.data, np.ndarray)
         assert tensor.data.shape == tuple(entry.shape)
         assert tensor.data.dtype == tensor.datatype.numpy
-    # Raw bytes compare NaN payloads too; BYTES elements are Python objects, compared by value
-    # (flat: a shape such as [2147483648, 0] holds no element, but has 2**31 empty rows).
-    tensors = [(t.name, t.datatype.name, t.data.shape, _values(t.data)) for t in request.inputs]
+    tensors = [(t.name, t.datatype.name, t.data.shape, comparable(t.data)) for t in request.inputs]
     # Parameters by their repr: a NaN parameter equals itself there.
     outputs = [(o.name, o.classification, repr(o.parameters)) for o in request.outputs or ()]
     return (request.model_name, request.model_version, request.id, tensors, outputs)

@@ -18,6 +18,7 @@ from ptserve.common import datatypes
 from ptserve.common.errors import ServerError, Status
 from ptserve.frontends.http import codec
 from ptserve.transports.http1 import HttpProtocol, HttpRequest, HttpResponse
+from tests.frontends.elements import comparable
 
 CLIENT_ERRORS = {Status.INVALID_ARGUMENT, Status.UNSUPPORTED}
 
@@ -76,17 +77,7 @@ def _decode_once(body: bytes, header_length: int | None, cache: codec.HeaderCach
     for tensor in request.inputs:
         assert isinstance(tensor.data, np.ndarray)
         assert tensor.data.shape == tensor.shape
-    # Raw bytes compare NaN payloads too; BYTES elements are Python objects, compared by value
-    # (flat: a shape such as [2147483648, 0] holds no element, but has 2**31 empty rows).
-    return [
-        (
-            t.name,
-            t.datatype.name,
-            t.shape,
-            t.data.reshape(-1).tolist() if t.data.dtype == object else t.data.tobytes(),
-        )
-        for t in request.inputs
-    ]
+    return [(t.name, t.datatype.name, t.shape, comparable(t.data)) for t in request.inputs]
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
