@@ -58,6 +58,8 @@ class State:
     metadata: tuple[tuple[str, str | bytes], ...] | None = None
     peer: str = ""
     remaining: float | None = None
+    marks: list[int] = field(default_factory=list)  # what ``turn`` said as a Marked call ran
+    turn: Callable[[], int] = lambda: 0
     calls: int = 0
     tasks: list[asyncio.Task[Any] | None] = field(default_factory=list)
     seen: list[str] = field(default_factory=list)
@@ -74,6 +76,10 @@ def servicer(state: State) -> dict[str, Any]:
         state.metadata = context.invocation_metadata()
         state.peer = context.peer()
         state.remaining = context.time_remaining()
+        return request
+
+    async def marked(request: bytes, context: Context) -> bytes:
+        state.marks.append(state.turn())
         return request
 
     async def reverse(request: bytes, context: Context) -> bytes:
@@ -162,6 +168,7 @@ def servicer(state: State) -> dict[str, Any]:
     return {
         "/test.Echo/Unary": unary(echo),
         "/test.Echo/Reverse": unary(reverse),
+        "/test.Echo/Marked": unary(marked),
         "/test.Echo/Delayed": unary(delayed),
         "/test.Echo/Big": unary(big),
         "/test.Echo/Abort": unary(abort),
@@ -690,6 +697,48 @@ async def test_answers_ready_together_leave_in_one_write(
             assert (await client.reply(stream_id)).status == 0
         assert len(writes) <= 3  # the answers of one read go out together
     finally:
+        await client.close()
+
+
+async def test_a_lone_calls_answer_leaves_in_the_turn_it_is_ready(
+    server: NativeGrpcServer, state: State, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no other call open on its connection nothing could join the write: the answer
+    (headers, message, trailers) goes out at once in one write, not a turn of the loop later."""
+    loop = asyncio.get_running_loop()
+    turns = 0
+
+    def tick() -> None:
+        nonlocal turns
+        turns += 1
+        ticker[0] = loop.call_soon(tick)
+
+    ticker = [loop.call_soon(tick)]
+    state.turn = lambda: turns
+    writes: list[tuple[int, bytes]] = []
+    client = await Client.connect(server.port)
+    try:
+        (connection,) = server._connections
+        assert connection._transport is not None
+        transport = connection._transport
+        original = transport.write
+
+        def recorded(data: Any) -> None:
+            writes.append((turns, bytes(data)))
+            original(data)
+
+        monkeypatch.setattr(transport, "write", recorded)
+        for i in range(3):
+            writes.clear()
+            message = b"lone %d" % i
+            reply = await client.call("/test.Echo/Marked", message)
+            assert (reply.status, reply.messages) == (0, [message])
+            (answer,) = [(turn, data) for turn, data in writes if grpc_message(message) in data]
+            kinds = [type(frame).__name__ for frame in parse_frames(answer[1])]
+            assert kinds[-3:] == ["HeadersFrame", "DataFrame", "HeadersFrame"]
+            assert answer[0] == state.marks[-1]
+    finally:
+        ticker[0].cancel()
         await client.close()
 
 

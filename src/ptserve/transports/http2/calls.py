@@ -38,6 +38,8 @@ class CallSink(Protocol):
 
     def send_message(self, stream: Any, message: bytes) -> None: ...
 
+    def answer(self, stream: Any, message: bytes, code: grpc.StatusCode, details: str) -> None: ...
+
     def finish(self, stream: Any, code: grpc.StatusCode, message: str) -> None: ...
 
 
@@ -265,8 +267,9 @@ async def run_unary(
         return
     code, details = context.outcome()
     if code == grpc.StatusCode.OK:
-        sink.send_message(stream, frame_message(body))
-    sink.finish(stream, code, details)
+        sink.answer(stream, frame_message(body), code, details)
+    else:
+        sink.finish(stream, code, details)
 
 
 async def run_stream(

@@ -751,8 +751,17 @@ class Connection(asyncio.Protocol):
 
     def send_message(self, stream: Stream, message: bytes) -> None:
         """One framed message out on the stream (after the response headers)."""
+        if self._add_message(stream, message):
+            self._output()
+
+    def answer(self, stream: Stream, message: bytes, code: grpc.StatusCode, details: str) -> None:
+        """A unary call's answer: its message and status, written together."""
+        self._add_message(stream, message)
+        self.finish(stream, code, details)
+
+    def _add_message(self, stream: Stream, message: bytes) -> bool:
         if stream.state is State.CLOSED or stream.trailers is not None:
-            return  # the call was reset or already answered
+            return False  # the call was reset or already answered
         if not stream.opened:
             stream.opened = True
             self._out.append(
@@ -760,7 +769,7 @@ class Connection(asyncio.Protocol):
             )
         stream.pending.append(memoryview(message))
         self._drain(stream)
-        self._output()
+        return True
 
     def finish(self, stream: Stream, code: grpc.StatusCode, message: str) -> None:
         """The call's status: trailers after whatever data is waiting, or one HEADERS frame
@@ -884,7 +893,17 @@ class Connection(asyncio.Protocol):
             self._wind_down_if_done()
 
     def _output(self) -> None:
-        if not self._receiving and self._flush_handle is None and not self._closed:
+        """Write what waits: at the end of the read being handled; now when no other call of
+        this connection is open (nothing else could join this write: one request at a time
+        gets its answer without waiting for another turn of the loop); else after the calls
+        that end in this turn have added theirs."""
+        if self._receiving or self._closed:
+            return
+        if not self._streams:
+            if self._flush_handle is not None:
+                self._flush_handle.cancel()
+            self._flush()
+        elif self._flush_handle is None:
             self._flush_handle = self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
