@@ -154,10 +154,28 @@ def test_bytes_outside_the_wire_forms_take_the_message_path(data: bytes) -> None
         b"\x1a\x02\xff\xfe",  # an id that is not UTF-8
     ],
 )
-def test_bytes_that_are_no_message_are_refused(data: bytes, registry: SharedMemoryRegistry) -> None:
-    assert convert.split_request(data) is None
+@pytest.mark.parametrize("view", [False, True], ids=["bytes", "view"])
+def test_bytes_that_are_no_message_are_refused(
+    data: bytes, view: bool, registry: SharedMemoryRegistry
+) -> None:
+    given = memoryview(bytearray(data)) if view else data  # the native transport gives a view
+    assert convert.split_request(given) is None
     with pytest.raises(ServerError, match=r"not a valid inference\.ModelInferRequest message"):
-        convert.decode_wire_request(data, registry, FormCache())
+        convert.decode_wire_request(given, registry, FormCache())
+
+
+def test_a_wire_forms_tensors_are_the_calls_own_bytes(registry: SharedMemoryRegistry) -> None:
+    """Given a view of the call's buffer (as the native transport gives one), a request of a
+    known form reads its tensors in place: writable, so the backend takes them without a copy."""
+    forms = FormCache()
+    for values, request_id in (([1, 2, 3], "first"), ([4, 5, 6], "req-é")):
+        buffer = bytearray(_message(values, request_id).SerializeToString())
+        request = convert.decode_wire_request(memoryview(buffer), registry, forms)
+        data = request.inputs[0].data
+        assert data.tolist() == [values]
+        assert request.id == request_id
+    assert data.flags.writeable
+    assert np.shares_memory(data, np.frombuffer(buffer, np.uint8))
 
 
 def test_a_known_wire_form_takes_new_data_and_ids(registry: SharedMemoryRegistry) -> None:

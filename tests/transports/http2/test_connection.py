@@ -59,6 +59,7 @@ class State:
     peer: str = ""
     remaining: float | None = None
     marks: list[int] = field(default_factory=list)  # what ``turn`` said as a Marked call ran
+    raw: list[memoryview] = field(default_factory=list)  # what Raw calls were given
     turn: Callable[[], int] = lambda: 0
     calls: int = 0
     tasks: list[asyncio.Task[Any] | None] = field(default_factory=list)
@@ -77,6 +78,11 @@ def servicer(state: State) -> dict[str, Any]:
         state.peer = context.peer()
         state.remaining = context.time_remaining()
         return request
+
+    async def raw(request: memoryview, context: Context) -> bytes:
+        """A method that takes the message's bytes (no deserializer), as ModelInfer does."""
+        state.raw.append(request)
+        return bytes(request)
 
     async def marked(request: bytes, context: Context) -> bytes:
         state.marks.append(state.turn())
@@ -169,6 +175,7 @@ def servicer(state: State) -> dict[str, Any]:
         "/test.Echo/Unary": unary(echo),
         "/test.Echo/Reverse": unary(reverse),
         "/test.Echo/Marked": unary(marked),
+        "/test.Echo/Raw": grpc.unary_unary_rpc_method_handler(raw),
         "/test.Echo/Delayed": unary(delayed),
         "/test.Echo/Big": unary(big),
         "/test.Echo/Abort": unary(abort),
@@ -628,6 +635,18 @@ async def test_a_call_runs_in_its_own_task_and_context(client: Client, state: St
     assert state.seen == ["unset", "unset"]
     assert all(task is not None for task in state.tasks)
     assert state.tasks[0] is not state.tasks[1]
+
+
+async def test_a_method_without_a_deserializer_gets_the_calls_own_buffer(
+    client: Client, state: State
+) -> None:
+    """Not a copy: a writable view of the message (after its 5-byte prefix), one per call."""
+    first = await client.call("/test.Echo/Raw", b"tensor bytes")
+    second = await client.call("/test.Echo/Raw", b"more")
+    assert (first.messages, second.messages) == ([b"tensor bytes"], [b"more"])
+    assert [bytes(view) for view in state.raw] == [b"tensor bytes", b"more"]
+    assert all(isinstance(view, memoryview) and not view.readonly for view in state.raw)
+    assert state.raw[0].obj is not state.raw[1].obj
 
 
 async def test_a_unary_call_takes_exactly_one_message(client: Client) -> None:

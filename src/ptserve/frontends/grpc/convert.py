@@ -122,7 +122,7 @@ class WireRequest:
         self.raw = raw
 
 
-def _varint(data: bytes, position: int) -> tuple[int, int]:
+def _varint(data: bytes | memoryview, position: int) -> tuple[int, int]:
     """The varint at ``position`` and where it ends; ValueError when it does not end."""
     result = 0
     shift = 0
@@ -137,14 +137,14 @@ def _varint(data: bytes, position: int) -> tuple[int, int]:
     raise ValueError("truncated varint")
 
 
-def split_request(data: bytes) -> WireRequest | None:
+def split_request(data: bytes | memoryview) -> WireRequest | None:
     """The form key, id and raw inputs of a ModelInferRequest's bytes; None when the message
     has a field other than ModelInferRequest's, or is not well framed (the message path then
     parses it and says what is wrong)."""
     view = memoryview(data)
-    description: list[bytes] = []
+    description: list[bytes | memoryview] = []
     raw: list[memoryview] = []
-    request_id = b""
+    request_id: bytes | memoryview = b""
     position = 0
     end = len(data)
     try:
@@ -163,12 +163,12 @@ def split_request(data: bytes) -> WireRequest | None:
             else:  # a field ModelInferRequest does not have
                 return None
             position = stop
-        return WireRequest(b"".join(description), request_id.decode(), raw)
+        return WireRequest(b"".join(description), str(request_id, "utf-8"), raw)
     except ValueError:  # a truncated varint, or an id that is not UTF-8
         return None
 
 
-def parse_request(data: bytes) -> Any:
+def parse_request(data: bytes | memoryview) -> Any:
     """A ModelInferRequest message; INVALID_ARGUMENT when the bytes are not one."""
     try:
         return pb.ModelInferRequest.FromString(data)
@@ -177,7 +177,7 @@ def parse_request(data: bytes) -> Any:
 
 
 def decode_wire_request(
-    data: bytes, registry: SharedMemoryRegistry, forms: FormCache
+    data: bytes | memoryview, registry: SharedMemoryRegistry, forms: FormCache
 ) -> InferRequest:
     """A unary ModelInfer's request from its bytes (see above); the errors ``decode_request``
     gives."""
@@ -212,7 +212,7 @@ def _put_field(out: bytearray, tag: int, data: bytes | bytearray) -> None:
     out += data
 
 
-async def answer_wire(data: bytes, server: InferenceServer, forms: FormCache) -> bytes:
+async def answer_wire(data: bytes | memoryview, server: InferenceServer, forms: FormCache) -> bytes:
     """A unary ModelInfer from the request's bytes to the response's, compiled with the
     conversions (the servicer's interpreted coroutine awaits it once)."""
     registry = server.shared_memory

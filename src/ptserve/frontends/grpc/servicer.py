@@ -86,7 +86,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         call's metadata carries a W3C ``traceparent``."""
         incoming = _incoming(context, method, self.tracer.incoming)
         try:
-            if isinstance(request, bytes):
+            if isinstance(request, (bytes, memoryview)):
                 message = await convert.answer_wire(request, self.server, self.forms)
             else:
                 message = await self._infer(request, final)
@@ -100,7 +100,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         return message
 
     @api_group("inference")
-    async def ModelInfer(self, request: bytes, context: Any) -> Any:
+    async def ModelInfer(self, request: bytes | memoryview, context: Any) -> Any:
         if self.tracer.otel is not None:  # OpenTelemetry: this call gets a server span
             return await self._infer_traced(request, context, "ModelInfer")
         return await convert.answer_wire(request, self.server, self.forms)

@@ -92,7 +92,9 @@ def frame_message(body: bytes) -> bytes:
     return MESSAGE_PREFIX.pack(0, len(body)) + body
 
 
-def unpack_message(flag: int, data: bytes, encoding: str, limit: int) -> bytes:
+def unpack_message(
+    flag: int, data: bytes | memoryview, encoding: str, limit: int
+) -> bytes | memoryview:
     """A received message's bytes, decompressed when its flag says so."""
     if not flag:
         return data
@@ -224,7 +226,8 @@ class Requests:
         self._ready -= 1
         self._unanswered += 1
         self._on_taken(5 + length)
-        return unpack_message(flag, data, self._encoding, self._limit)
+        # (bytes in, so bytes out: bytes() of a bytes object is that object, not a copy)
+        return bytes(unpack_message(flag, data, self._encoding, self._limit))
 
     def __aiter__(self) -> Requests:
         return self
@@ -248,11 +251,13 @@ class Requests:
 
 
 async def run_unary(
-    sink: CallSink, stream: Any, handler: Any, context: Context, message: bytes
+    sink: CallSink, stream: Any, handler: Any, context: Context, message: bytes | memoryview
 ) -> None:
     try:
         deserialize, serialize = handler.request_deserializer, handler.response_serializer
-        request = message if deserialize is None else deserialize(message)
+        # A method without a deserializer takes the view of the call's buffer; deserializers
+        # are given bytes, as grpc gives them.
+        request = message if deserialize is None else deserialize(bytes(message))
         reply = await handler.unary_unary(request, context)
         body = reply if serialize is None else serialize(reply)  # None: the method's bytes
     except asyncio.CancelledError:

@@ -724,8 +724,10 @@ class Connection(asyncio.Protocol):
             return
         stream.message = bytearray()
         try:
+            # A view of the call's own buffer, not a copy: the method may keep parts of it
+            # (tensor data) and a model may write into them, as into an HTTP request's body.
             body = calls.unpack_message(
-                message[0], bytes(memoryview(message)[5:]), stream.head.encoding, self._max_message
+                message[0], memoryview(message)[5:], stream.head.encoding, self._max_message
             )
         except CallFailed as failed:
             self.finish(stream, failed.code, failed.message)
