@@ -14,7 +14,7 @@ import urllib.parse
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 import h2.config
@@ -43,6 +43,7 @@ TIMEOUT = 3.0  # for any single wait: a bug fails the test instead of hanging it
 LIMITS = DEFAULT_LIMITS
 
 Fields = list[tuple[str, str]]
+T = TypeVar("T")
 
 
 # --- the servicer ---------------------------------------------------------------------------
@@ -695,22 +696,30 @@ async def test_many_interleaved_calls_each_get_their_own_answer(client: Client) 
         assert reply.messages == [f"reply to {i}".encode()]
 
 
+def record_writes(
+    server: NativeGrpcServer, monkeypatch: pytest.MonkeyPatch, entry: Callable[[bytes], T]
+) -> list[T]:
+    """What ``entry`` makes of each write of the server's one connection, in order."""
+    (connection,) = server._connections
+    assert connection._transport is not None
+    transport = connection._transport
+    original = transport.write
+    writes: list[T] = []
+
+    def recorded(data: Any) -> None:
+        writes.append(entry(bytes(data)))
+        original(data)
+
+    monkeypatch.setattr(transport, "write", recorded)
+    return writes
+
+
 async def test_answers_ready_together_leave_in_one_write(
     server: NativeGrpcServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    writes: list[int] = []
     client = await Client.connect(server.port)
     try:
-        (connection,) = server._connections
-        assert connection._transport is not None
-        transport = connection._transport
-        original = transport.write
-
-        def counted(data: Any) -> None:
-            writes.append(len(data))
-            original(data)
-
-        monkeypatch.setattr(transport, "write", counted)
+        writes = record_writes(server, monkeypatch, len)
         streams = [client.request("/test.Echo/Unary", str(i).encode()) for i in range(20)]
         for stream_id in streams:
             assert (await client.reply(stream_id)).status == 0
@@ -734,19 +743,9 @@ async def test_a_lone_calls_answer_leaves_in_the_turn_it_is_ready(
 
     ticker = [loop.call_soon(tick)]
     state.turn = lambda: turns
-    writes: list[tuple[int, bytes]] = []
     client = await Client.connect(server.port)
     try:
-        (connection,) = server._connections
-        assert connection._transport is not None
-        transport = connection._transport
-        original = transport.write
-
-        def recorded(data: Any) -> None:
-            writes.append((turns, bytes(data)))
-            original(data)
-
-        monkeypatch.setattr(transport, "write", recorded)
+        writes = record_writes(server, monkeypatch, lambda data: (turns, data))
         for i in range(3):
             writes.clear()
             message = b"lone %d" % i
