@@ -19,6 +19,7 @@ import json
 import struct
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,20 +42,23 @@ PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
 
 
 class StubTransport(asyncio.Transport):
-    """Takes the answers: when the last one was written, and how many writes."""
+    """Takes what the server writes; ``written_ns``: when the last answer went out (a write
+    that ``is_answer`` says holds one, not, say, a WINDOW_UPDATE written before it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, is_answer: Callable[[bytes], bool]) -> None:
         super().__init__()
+        self.is_answer = is_answer
         self.written_ns = 0
-        self.writes = 0
         self.kept: list[bytes] = []
         self.keep = True
 
     def write(self, data: Any) -> None:
-        self.written_ns = time.perf_counter_ns()
-        self.writes += 1
+        now = time.perf_counter_ns()
+        data = bytes(data)
+        if self.is_answer(data):
+            self.written_ns = now
         if self.keep:
-            self.kept.append(bytes(data))
+            self.kept.append(data)
 
     def writelines(self, parts: Any) -> None:
         self.write(b"".join(parts))
@@ -111,6 +115,16 @@ def grpc_message(model: str, data: bytes) -> bytes:
     return b"\0" + len(message).to_bytes(4, "big") + message
 
 
+def ends_a_call(data: bytes) -> bool:
+    """Whether the frames written hold a call's trailers (HEADERS with END_STREAM)."""
+    position = 0
+    while position + 9 <= len(data):
+        if data[position + 3] == 0x1 and data[position + 4] & 0x1:
+            return True
+        position += 9 + int.from_bytes(data[position : position + 3], "big")
+    return False
+
+
 def on_stream(frames: bytes, stream_id: int) -> bytes:
     """The same frames on another stream (HPACK leaves the block unchanged once indexed)."""
     out = bytearray(frames)
@@ -134,7 +148,7 @@ async def answered(transport: StubTransport, feed: Any, data: bytes) -> int:
 
 async def over_http(core: InferenceServer, model: str, data: bytes, count: int) -> list[int]:
     protocol = HttpProtocol(HttpApp(core, 64 << 20, None, None), 64 << 20)
-    transport = StubTransport()
+    transport = StubTransport(lambda data: True)  # (HTTP/1.1 writes only answers)
     transport.keep = False
     protocol.connection_made(transport)
     raw = http_request(model, data)
@@ -144,7 +158,7 @@ async def over_http(core: InferenceServer, model: str, data: bytes, count: int) 
 async def over_grpc(core: InferenceServer, model: str, data: bytes, count: int) -> list[int]:
     native = NativeGrpcServer(guarded_methods(core, Restrictions([])), MAX_MESSAGE_BYTES)
     connection = native._connection()
-    transport = StubTransport()
+    transport = StubTransport(ends_a_call)
     connection.connection_made(transport)
     client = h2.connection.H2Connection(
         h2.config.H2Configuration(client_side=True, header_encoding=None)

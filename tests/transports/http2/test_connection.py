@@ -641,11 +641,16 @@ async def test_a_call_runs_in_its_own_task_and_context(client: Client, state: St
 async def test_a_method_without_a_deserializer_gets_the_calls_own_buffer(
     client: Client, state: State
 ) -> None:
-    """Not a copy: a writable view of the message (after its 5-byte prefix), one per call."""
+    """Not a copy: a writable view of the message as it was received, past its 5-byte prefix,
+    into a buffer of its own per call."""
     first = await client.call("/test.Echo/Raw", b"tensor bytes")
     second = await client.call("/test.Echo/Raw", b"more")
     assert (first.messages, second.messages) == ([b"tensor bytes"], [b"more"])
     assert [bytes(view) for view in state.raw] == [b"tensor bytes", b"more"]
+    assert [bytes(view.obj) for view in state.raw] == [  # (the buffer the frames filled)
+        grpc_message(b"tensor bytes"),
+        grpc_message(b"more"),
+    ]
     assert all(isinstance(view, memoryview) and not view.readonly for view in state.raw)
     assert state.raw[0].obj is not state.raw[1].obj
 
