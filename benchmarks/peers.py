@@ -10,6 +10,7 @@ for CPU time is the server). Configs shared by both must be ones Triton accepts.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import statistics
@@ -18,7 +19,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from tests.serverproc import ServerProcess, free_port
@@ -145,6 +146,65 @@ def process_cpu_s(pid: int) -> float:
     """User and system CPU seconds of a process so far (all its threads)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# The phases of a request that both servers' statistics extensions count, in the order a request
+# passes them. Their "success" duration is left out: each server starts that clock at another
+# point of its request path, so it does not compare.
+PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
+
+Totals = dict[str, tuple[int, int]]  # phase -> (count, nanoseconds) so far
+
+
+def phase_totals(http_url: str, model: str) -> Totals:
+    """Each phase's count and nanoseconds so far, summed over the model's versions, from the
+    server's statistics (``GET /v2/models/<model>/stats``, the same on both servers)."""
+    url = f"http://{http_url}/v2/models/{model}/stats"
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        entries = json.loads(reply.read())["model_stats"]
+    totals: Totals = {}
+    for phase in ("success", *PHASES):
+        count = sum(int(e["inference_stats"][phase]["count"]) for e in entries)
+        ns = sum(int(e["inference_stats"][phase]["ns"]) for e in entries)
+        totals[phase] = (count, ns)
+    return totals
+
+
+def phase_means(before: Totals, after: Totals) -> dict[str, float]:
+    """Microseconds per request of each phase between two snapshots, as ``<phase>_us``, and
+    ``answered``: the requests that succeeded between them."""
+    means = {"answered": float(after["success"][0] - before["success"][0])}
+    for phase in PHASES:
+        count = after[phase][0] - before[phase][0]
+        means[f"{phase}_us"] = (after[phase][1] - before[phase][1]) / 1000 / max(count, 1)
+    return means
+
+
+def with_phases(
+    http_url: str, model: str, measure: Callable[[], dict[str, float]]
+) -> dict[str, float]:
+    """``measure()``'s figures, plus the server's own time per request in each phase over the
+    run (see ``phase_means``)."""
+    before = phase_totals(http_url, model)
+    figures = measure()
+    figures.update(phase_means(before, phase_totals(http_url, model)))
+    return figures
+
+
+def phase_rows(
+    rows: Mapping[tuple[str, ...], Sequence[Mapping[str, float]]], labels: Sequence[str]
+) -> list[str]:
+    """A markdown table of the phases per request, median over the repeats, one row per key
+    of ``rows`` (its parts under ``labels``); the last column sums the three compute phases,
+    the time a request holds the model instance."""
+    header = [*labels, *(f"{p} µs" for p in PHASES), "compute µs"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for key, runs in rows.items():
+        medians = {p: statistics.median(r[f"{p}_us"] for r in runs) for p in PHASES}
+        compute = sum(medians[p] for p in PHASES[1:])
+        cells = [*key, *(f"{medians[p]:.1f}" for p in PHASES), f"{compute:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def ratio_cells(ratios: Sequence[float]) -> list[str]:

@@ -55,7 +55,16 @@ import numpy as np
 import torch
 from tests.serverproc import free_port
 
-from benchmarks.peers import PEERS, Server, process_cpu_s, ratio_cells, servers
+from benchmarks.peers import (
+    PEERS,
+    Server,
+    phase_means,
+    phase_rows,
+    phase_totals,
+    process_cpu_s,
+    ratio_cells,
+    servers,
+)
 from benchmarks.serving import perf_analyzer_path
 from ptserve.common.host_memory import retain_freed_memory
 from ptserve.examples import CNN_CONFIG, MLP_CONFIG, build_example_repository
@@ -346,8 +355,7 @@ def get_json(url: str, path: str) -> Any:
 
 
 def model_requests(url: str, model: str) -> int:
-    entry = get_json(url, f"/v2/models/{model}/stats")["model_stats"][0]
-    return int(entry["inference_stats"]["success"]["count"])
+    return phase_totals(url, model)["success"][0]
 
 
 def with_server_cpu(
@@ -356,15 +364,17 @@ def with_server_cpu(
     """``measure()``'s figures, plus the server process's CPU microseconds per request answered
     over the whole run (``cpu_us``) and the load generator's (``client_cpu_us``: a server that
     makes its client work harder, e.g. with more frames per answer, is slower under a saturated
-    client even at the same server cost)."""
-    cpu, requests = process_cpu_s(server.pid), model_requests(server.http_url, model)
+    client even at the same server cost), and the server's own time per request in each phase
+    (``peers.phase_means``)."""
+    cpu, phases = process_cpu_s(server.pid), phase_totals(server.http_url, model)
     client = children_cpu_s()
     start = time.monotonic()
     figures = measure()
     wall = max(time.monotonic() - start, 1e-9)
     client_after = children_cpu_s()
     cpu_after = process_cpu_s(server.pid)
-    answered = max(model_requests(server.http_url, model) - requests, 1)
+    figures.update(phase_means(phases, phase_totals(server.http_url, model)))
+    answered = max(figures["answered"], 1)
     figures["cpu_us"] = (cpu_after - cpu) * 1e6 / answered
     figures["client_cpu_us"] = (client_after - client) * 1e6 / answered
     figures["server_busy"] = (cpu_after - cpu) / wall
@@ -673,6 +683,11 @@ def report(
     if len(names) > 1:
         print()
         print(side_by_side(chosen, names, figures))
+    print("\nEach server's own time per request, by phase (its statistics; median of the repeats)")
+    rows: dict[tuple[str, ...], list[dict[str, float]]] = {
+        (s.name, name): figures[(s.name, name)] for s in chosen for name in names
+    }
+    print("\n".join(phase_rows(rows, ["scenario", "server"])))
     plain, retained = max(inproc["plain"]), max(inproc["retained"])
     own = max(inproc["channels_last"])
     print(

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import functools
 import io
 import os
 import re
@@ -41,13 +42,14 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from benchmarks.peers import PEERS, Pinned, ratio_cells, servers
+from benchmarks.peers import PEERS, Pinned, phase_rows, ratio_cells, servers, with_phases
 from ptserve.examples import build_example_repository
 
 TRACED = "ptserve+trace"
@@ -298,6 +300,7 @@ def main(argv: list[str] | None = None) -> None:
         costs: list[str] = []  # the rows of the tracing table
         pairs: list[str] = []  # the rows of the side-by-side table (peers only)
         spans_per_request: dict[tuple[str, str, int], float] = {}
+        phases: dict[tuple[str, ...], list[dict[str, float]]] = {}  # every repeat's, per row
         for model in args.models:
             for concurrency in args.concurrency:
                 baseline = in_process(repository, model, args.seconds)
@@ -310,14 +313,19 @@ def main(argv: list[str] | None = None) -> None:
                         if name == TRACED and receiver is not None:
                             spans_before = receiver.received
                             served_before = requests_served(target.metrics_url, model)
+                        run: Callable[[], dict[str, float]]
                         if analyzer:
-                            served = served_perf_analyzer(
-                                analyzer, url, model, concurrency, args.seconds, wire
-                            )
+                            run = functools.partial(
+                                served_perf_analyzer,
+                                analyzer, url, model, concurrency, args.seconds, wire,
+                            )  # fmt: skip
                         elif protocol == "http":
-                            served = served_builtin(url, model, concurrency, args.seconds)
+                            run = functools.partial(
+                                served_builtin, url, model, concurrency, args.seconds
+                            )
                         else:
                             raise SystemExit("the gRPC measurement needs perf_analyzer")
+                        served = with_phases(target.http_url, model, run)
                         key = (name, protocol)
                         found[key] = better(found.get(key), served, concurrency)
                         runs.setdefault(key, []).append(served)
@@ -337,6 +345,8 @@ def main(argv: list[str] | None = None) -> None:
                         f"{served['p50_us'] - baseline['p50_us']:.0f} |",
                         flush=True,
                     )
+                for (name, protocol), repeats in runs.items():
+                    phases[(model, name, protocol, str(concurrency))] = repeats
                 for peer in args.peer:
                     for protocol in args.protocols:
                         ours, theirs = runs.get(("ptserve", protocol)), runs.get((peer, protocol))
@@ -367,6 +377,11 @@ def main(argv: list[str] | None = None) -> None:
             print("|---|---|---|---|---|---|---|---|---|---|")
             for row in pairs:
                 print(row, flush=True)
+        print(
+            "\nEach server's own time per request, by phase (its statistics extension; median "
+            "of the repeats; the phases a request spends in the core, not in the frontend):\n"
+        )
+        print("\n".join(phase_rows(phases, ["model", "server", "protocol", "concurrency"])))
         if costs:
             print("\nTracing every request (OpenTelemetry, OTLP/HTTP export), side by side:\n")
             print(
