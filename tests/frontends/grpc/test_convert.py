@@ -257,7 +257,36 @@ def test_the_wire_response_is_the_bytes_protobuf_writes(
 ) -> None:
     response = _response(request_id)
     expected = convert.encode_response(response, registry).SerializeToString()
-    assert convert.encode_wire_response(response, registry) == expected
+    assert b"".join(convert.encode_wire_response(response, registry)) == expected
+
+
+def test_large_raw_outputs_are_parts_of_their_own_and_not_copied(
+    registry: SharedMemoryRegistry,
+) -> None:
+    from ptserve.common import datatypes
+    from ptserve.common.requests import InferResponse, Tensor
+
+    big = np.arange(100_000, dtype=np.float32)
+    small = np.arange(4, dtype=np.int32)
+    response = InferResponse(
+        "model",
+        "1",
+        "",
+        [
+            Tensor("BIG", datatypes.from_name("FP32"), big),
+            Tensor("SMALL", datatypes.from_name("INT32"), small),
+            Tensor("BIG2", datatypes.from_name("FP32"), big[::-1].copy()),
+        ],
+    )
+    parts = convert.encode_wire_response(response, registry)
+    expected = convert.encode_response(response, registry).SerializeToString()
+    assert b"".join(parts) == expected
+    # The message head, BIG's data, the small output inlined with BIG2's field prefix, BIG2's
+    # data: the large data are views of the outputs' own memory.
+    assert len(parts) == 4
+    assert isinstance(parts[1], memoryview) and np.shares_memory(np.asarray(parts[1]), big)
+    assert isinstance(parts[3], memoryview) and len(parts[3]) == big.nbytes
+    assert len(parts[2]) < 100
 
 
 def test_a_wire_response_with_parameters_is_written_by_protobuf(
@@ -265,6 +294,7 @@ def test_a_wire_response_with_parameters_is_written_by_protobuf(
 ) -> None:
     response = _response("x", {"sequence_id": 7, "flag": True})
     data = convert.encode_wire_response(response, registry)
-    message = pb.ModelInferResponse.FromString(data)
+    assert len(data) == 1  # (protobuf's own bytes)
+    message = pb.ModelInferResponse.FromString(data[0])
     assert message == convert.encode_response(response, registry)
     assert message.parameters["sequence_id"].int64_param == 7

@@ -61,6 +61,7 @@ class State:
     remaining: float | None = None
     marks: list[int] = field(default_factory=list)  # what ``turn`` said as a Marked call ran
     raw: list[memoryview] = field(default_factory=list)  # what Raw calls were given
+    parts: list[bytearray] = field(default_factory=list)  # the buffers Parts calls answered
     turn: Callable[[], int] = lambda: 0
     calls: int = 0
     tasks: list[asyncio.Task[Any] | None] = field(default_factory=list)
@@ -98,6 +99,14 @@ def servicer(state: State) -> dict[str, Any]:
 
     async def big(request: bytes, context: Context) -> bytes:
         return b"x" * int(request)
+
+    async def parts(request: memoryview, context: Context) -> list[Any]:
+        """A reply in parts (as ModelInfer's): ``int(request)`` bytes of "x" in all, most of
+        them one buffer that ``state.parts`` keeps, to tell whether it was copied."""
+        size = int(bytes(request))
+        data = bytearray(b"x" * (size - 7))
+        state.parts.append(data)
+        return [b"xx", memoryview(data), b"", b"xxxxx"]
 
     async def abort(request: bytes, context: Context) -> bytes:
         await context.abort(grpc.StatusCode.NOT_FOUND, "nö %")
@@ -179,6 +188,7 @@ def servicer(state: State) -> dict[str, Any]:
         "/test.Echo/Raw": grpc.unary_unary_rpc_method_handler(raw),
         "/test.Echo/Delayed": unary(delayed),
         "/test.Echo/Big": unary(big),
+        "/test.Echo/Parts": grpc.unary_unary_rpc_method_handler(parts),
         "/test.Echo/Abort": unary(abort),
         "/test.Echo/Fail": unary(fail),
         "/test.Echo/Hang": unary(hang),
@@ -765,14 +775,15 @@ async def test_a_lone_calls_answer_leaves_in_the_turn_it_is_ready(
         await client.close()
 
 
-async def test_a_reply_waits_for_the_clients_windows(server: NativeGrpcServer) -> None:
+@pytest.mark.parametrize("method", ["/test.Echo/Big", "/test.Echo/Parts"])
+async def test_a_reply_waits_for_the_clients_windows(server: NativeGrpcServer, method: str) -> None:
     """The reply goes out only as far as the stream and connection windows allow, in frames no
-    larger than the client's maximum."""
+    larger than the client's maximum (a reply in parts as one in one piece)."""
     client = await Client.connect(server.port, {SettingCodes.INITIAL_WINDOW_SIZE: 1000})
     client.auto_window = False
     try:
         size = 100_000
-        stream_id = client.request("/test.Echo/Big", str(size).encode())
+        stream_id = client.request(method, str(size).encode())
         reply = await client.until(stream_id, 1000)
         await client.quiet()
         assert len(reply.data) == 1000 and not reply.done
@@ -787,6 +798,62 @@ async def test_a_reply_waits_for_the_clients_windows(server: NativeGrpcServer) -
         assert reply.status == 0
         assert reply.messages == [b"x" * size]
         assert max(reply.data_sizes) <= 16_384
+    finally:
+        await client.close()
+
+
+async def test_a_large_reply_in_parts_is_written_from_its_own_buffers(
+    server: NativeGrpcServer, state: State, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A method's reply given as parts reaches the client as one message, in DATA frames that
+    the parts share, and its large buffer goes to the socket
+    as it is: the pieces written are views of it, not a copy."""
+    window = 1 << 20  # room for the whole reply at once, as a real client's windows give
+    client = await Client.connect(server.port, {SettingCodes.INITIAL_WINDOW_SIZE: window})
+    client.h2.increment_flow_control_window(window)
+    client.flush()
+    try:
+        (connection,) = server._connections
+        transport = connection._transport
+        assert transport is not None
+        original = transport.writelines
+        gathered: list[list[Any]] = []
+
+        def recorded(pieces: Any) -> None:
+            gathered.append(list(pieces))
+            original(pieces)
+
+        monkeypatch.setattr(transport, "writelines", recorded)
+        size = 300_000
+        reply = await client.call("/test.Echo/Parts", str(size).encode())
+        assert (reply.status, reply.messages) == (0, [b"x" * size])
+        # The prefix, the first part and the start of the buffer share the first frame.
+        assert reply.data_sizes[0] == 16_384 and sum(reply.data_sizes) == size + 5
+        (source,) = state.parts
+        views = [
+            p
+            for pieces in gathered
+            for p in pieces
+            if isinstance(p, memoryview) and p.obj is source
+        ]
+        assert sum(len(v) for v in views) == len(source)
+    finally:
+        await client.close()
+
+
+async def test_a_small_reply_in_parts_is_one_data_frame(
+    server: NativeGrpcServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A short reply in parts is joined: on the wire it is what the same bytes in one piece
+    make (one DATA frame, one write)."""
+    client = await Client.connect(server.port)
+    try:
+        writes = record_writes(server, monkeypatch, parse_frames)
+        reply = await client.call("/test.Echo/Parts", b"1000")
+        assert (reply.status, reply.messages) == (0, [b"x" * 1000])
+        assert reply.data_sizes == [1005]
+        kinds = [type(frame).__name__ for frame in writes[-1]]
+        assert kinds[-3:] == ["HeadersFrame", "DataFrame", "HeadersFrame"]
     finally:
         await client.close()
 

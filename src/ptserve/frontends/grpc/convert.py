@@ -212,7 +212,9 @@ def _put_field(out: bytearray, tag: int, data: bytes | bytearray) -> None:
     out += data
 
 
-async def answer_wire(data: bytes | memoryview, server: InferenceServer, forms: FormCache) -> bytes:
+async def answer_wire(
+    data: bytes | memoryview, server: InferenceServer, forms: FormCache
+) -> list[bytes | bytearray | memoryview]:
     """A unary ModelInfer from the request's bytes to the response's, compiled with the
     conversions (the servicer's interpreted coroutine awaits it once)."""
     registry = server.shared_memory
@@ -220,13 +222,22 @@ async def answer_wire(data: bytes | memoryview, server: InferenceServer, forms: 
     return encode_wire_response(response, registry)
 
 
-def encode_wire_response(response: InferResponse, registry: SharedMemoryRegistry) -> bytes:
-    """The bytes of the ModelInferResponse ``encode_response`` makes: the same fields, in field
-    order, as protobuf writes them."""
+# Raw contents up to this size are copied into the message's bytes (fewer, larger parts); larger
+# ones stay parts of their own.
+_INLINE_RAW = 4096
+
+
+def encode_wire_response(
+    response: InferResponse, registry: SharedMemoryRegistry
+) -> list[bytes | bytearray | memoryview]:
+    """The bytes of the ModelInferResponse ``encode_response`` makes, in parts whose
+    concatenation is the message: the same fields, in field order, as protobuf writes them.
+    Each output's raw contents is a part of its own, the output's own memory (as HTTP/1.1's
+    binary outputs are), so the transport writes large tensor data without copying it."""
     if response.parameters:
         message = encode_response(response, registry)
         data: bytes = message.SerializeToString()
-        return data
+        return [data]
     out = bytearray()
     _put_field(out, 0x0A, response.model_name.encode())
     _put_field(out, 0x12, response.model_version.encode())
@@ -249,11 +260,19 @@ def encode_wire_response(response: InferResponse, registry: SharedMemoryRegistry
             registry.write(f"output '{tensor.name}'", place, raw)
             raw = b""
         raws.append(raw)
+    parts: list[bytes | bytearray | memoryview] = []
     for raw in raws:
         out.append(0x32)  # raw_output_contents: every output has its entry, empty ones too
         _put_varint(out, len(raw))
-        out += raw
-    return bytes(out)
+        if len(raw) <= _INLINE_RAW:
+            out += raw
+            continue
+        parts.append(out)  # (not written to again: the next part starts a new one)
+        parts.append(raw)
+        out = bytearray()
+    if out or not parts:
+        parts.append(out)
+    return parts
 
 
 def decode_request(

@@ -106,17 +106,25 @@ def guarded_methods(server: InferenceServer, restrictions: Restrictions) -> dict
 def _for_aio(handler: Any) -> Any:
     """grpcio's server awaits a unary behaviour only where ``inspect`` calls it a coroutine
     function (else it runs it on a thread); the compiled gate (``unary_gate.UnaryGate``) is an
-    object whose call is a coroutine, so it gets a coroutine function in front."""
+    object whose call is a coroutine, so it gets a coroutine function in front. A method
+    without a serializer answers with its message's bytes, or their parts (see
+    ``calls.Reply``), which grpcio takes joined."""
     gate = handler.unary_unary
-    if gate is None or inspect.iscoroutinefunction(gate):
+    if gate is None:
         return handler
+    serializer = handler.response_serializer or _joined
+    if inspect.iscoroutinefunction(gate):
+        return grpc.unary_unary_rpc_method_handler(gate, handler.request_deserializer, serializer)
 
     async def unary(request: Any, context: Any) -> Any:
         return await gate(request, context)
 
-    return grpc.unary_unary_rpc_method_handler(
-        unary, handler.request_deserializer, handler.response_serializer
-    )
+    return grpc.unary_unary_rpc_method_handler(unary, handler.request_deserializer, serializer)
+
+
+def _joined(reply: Any) -> bytes:
+    """A reply given as its bytes or as their parts, as one ``bytes``."""
+    return b"".join(reply) if isinstance(reply, list) else bytes(reply)
 
 
 async def _start_aio(

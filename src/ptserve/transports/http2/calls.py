@@ -38,7 +38,9 @@ class CallSink(Protocol):
 
     def send_message(self, stream: Any, message: bytes) -> None: ...
 
-    def answer(self, stream: Any, message: bytes, code: grpc.StatusCode, details: str) -> None: ...
+    def answer(
+        self, stream: Any, parts: list[Buffer], code: grpc.StatusCode, details: str
+    ) -> None: ...
 
     def finish(self, stream: Any, code: grpc.StatusCode, message: str) -> None: ...
 
@@ -88,8 +90,31 @@ class Context:
         return self._code or grpc.StatusCode.OK, self._details
 
 
+Buffer = bytes | bytearray | memoryview  # (memoryviews of bytes: len() counts bytes)
+Reply = Buffer | list[Buffer]  # what a method without a serializer returns: a message, or its parts
+
+# A message in parts that is at most this long is joined (one small copy, one DATA frame as
+# before); a longer one is written as its parts, so that large tensor data is never copied on
+# its way to the socket.
+JOIN_LIMIT = 64 * 1024
+
+
 def frame_message(body: bytes) -> bytes:
     return MESSAGE_PREFIX.pack(0, len(body)) + body
+
+
+def framed_parts(reply: Reply) -> list[Buffer]:
+    """A unary answer framed as a gRPC message: the length prefix first, then the message's
+    bytes, the parts of a long one as they are (see ``JOIN_LIMIT``)."""
+    if not isinstance(reply, list):
+        return [MESSAGE_PREFIX.pack(0, len(reply)) + reply]
+    size = 0
+    for part in reply:
+        size += len(part)
+    prefix = MESSAGE_PREFIX.pack(0, size)
+    if size <= JOIN_LIMIT:
+        return [prefix + b"".join(reply)]
+    return [prefix, *reply]
 
 
 def unpack_message(
@@ -272,7 +297,7 @@ async def run_unary(
         return
     code, details = context.outcome()
     if code == grpc.StatusCode.OK:
-        sink.answer(stream, frame_message(body), code, details)
+        sink.answer(stream, framed_parts(body), code, details)
     else:
         sink.finish(stream, code, details)
 

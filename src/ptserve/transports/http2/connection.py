@@ -753,15 +753,17 @@ class Connection(asyncio.Protocol):
 
     def send_message(self, stream: Stream, message: bytes) -> None:
         """One framed message out on the stream (after the response headers)."""
-        if self._add_message(stream, message):
+        if self._add_message(stream, [message]):
             self._output()
 
-    def answer(self, stream: Stream, message: bytes, code: grpc.StatusCode, details: str) -> None:
-        """A unary call's answer: its message and status, written together."""
-        self._add_message(stream, message)
+    def answer(
+        self, stream: Stream, parts: list[calls.Buffer], code: grpc.StatusCode, details: str
+    ) -> None:
+        """A unary call's answer: its framed message (in parts) and status, written together."""
+        self._add_message(stream, parts)
         self.finish(stream, code, details)
 
-    def _add_message(self, stream: Stream, message: bytes) -> bool:
+    def _add_message(self, stream: Stream, parts: list[calls.Buffer]) -> bool:
         if stream.state is State.CLOSED or stream.trailers is not None:
             return False  # the call was reset or already answered
         if not stream.opened:
@@ -769,7 +771,10 @@ class Connection(asyncio.Protocol):
             self._out.append(
                 frames.headers(stream.id, headers.RESPONSE_HEAD_BLOCK, False, self._peer_frame)
             )
-        stream.pending.append(memoryview(message))
+        pending = stream.pending
+        for part in parts:
+            if len(part):
+                pending.append(memoryview(part))
         self._drain(stream)
         return True
 
@@ -812,17 +817,23 @@ class Connection(asyncio.Protocol):
                 if self._send_window <= 0:
                     self._blocked[stream_id] = stream
                 return
-            chunk = pending[0]
-            size = len(chunk)
-            if size <= allowed:
-                pending.popleft()
-            else:
-                chunk, pending[0] = chunk[:allowed], chunk[allowed:]
-                size = allowed
+            # One DATA frame of what waits, up to what the windows and the frame size allow:
+            # the parts of a message (and the messages of a stream) share frames.
+            at = len(out)
+            out.append(b"")  # (the frame's header, once its size is known)
+            size = 0
+            while pending and size < allowed:
+                chunk = pending[0]
+                room = allowed - size
+                if len(chunk) <= room:
+                    pending.popleft()
+                else:
+                    chunk, pending[0] = chunk[:room], chunk[room:]
+                out.append(chunk)
+                size += len(chunk)
+            out[at] = _HEADER.pack(size >> 8, size & 0xFF, frames.DATA, 0, stream_id)
             stream.window -= size
             self._send_window -= size
-            out.append(_HEADER.pack(size >> 8, size & 0xFF, frames.DATA, 0, stream_id))
-            out.append(chunk)
         self._scanner.ping_is_free = True
         if stream.trailers is not None:
             out.append(frames.headers(stream_id, stream.trailers, True, self._peer_frame))
@@ -913,8 +924,19 @@ class Connection(asyncio.Protocol):
         out = self._out
         if not out:
             return
-        data = out[0] if len(out) == 1 else b"".join(out)
-        out.clear()
         transport = self._transport
-        if transport is not None and not transport.is_closing() and not self._winding_down:
-            transport.write(data)
+        if transport is None or transport.is_closing() or self._winding_down:
+            out.clear()
+            return
+        if len(out) == 1:
+            transport.write(out[0])
+            out.clear()
+            return
+        size = 0
+        for piece in out:
+            size += len(piece)
+        if size <= calls.JOIN_LIMIT:  # one buffer, one copy: cheaper than a gather of pieces
+            transport.write(b"".join(out))
+        else:  # large tensor data goes to the socket from where it lies
+            transport.writelines(list(out))
+        out.clear()
