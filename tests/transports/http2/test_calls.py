@@ -118,3 +118,20 @@ async def test_a_stream_request_that_cannot_be_unpacked_fails_the_call() -> None
         async for _ in requests:
             pass
     assert [f.code for f in failures] == [grpc.StatusCode.INTERNAL]
+
+
+def test_a_reply_in_one_piece_is_framed_whole() -> None:
+    (framed,) = calls.framed_parts(memoryview(b"abc"))
+    assert framed == b"\x00\x00\x00\x00\x03abc"
+
+
+def test_a_short_reply_in_parts_is_joined_behind_its_prefix() -> None:
+    (framed,) = calls.framed_parts([b"ab", bytearray(b"cd"), memoryview(b""), b"e"])
+    assert framed == b"\x00\x00\x00\x00\x05abcde"
+
+
+def test_a_long_reply_in_parts_keeps_its_parts() -> None:
+    big = memoryview(bytearray(calls.JOIN_LIMIT))
+    parts = calls.framed_parts([b"head", big, b"tail"])
+    assert parts[0] == b"\x00" + (calls.JOIN_LIMIT + 8).to_bytes(4, "big")
+    assert parts[1:] == [b"head", big, b"tail"] and parts[2] is big

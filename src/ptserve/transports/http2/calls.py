@@ -113,7 +113,7 @@ def framed_parts(reply: Reply) -> list[Buffer]:
         size += len(part)
     prefix = MESSAGE_PREFIX.pack(0, size)
     if size <= JOIN_LIMIT:
-        return [prefix + b"".join(reply)]
+        return [b"".join([prefix, *reply])]
     return [prefix, *reply]
 
 
