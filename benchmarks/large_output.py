@@ -25,14 +25,10 @@ import numpy as np
 import torch
 
 from benchmarks.peers import PEERS, ratio_cells, servers
-from benchmarks.scheduling import perf_analyzer, with_server_cpu
+from benchmarks.scheduling import ONE_THREAD, perf_analyzer, with_server_cpu
 from benchmarks.serving import perf_analyzer_path
 
 FLOATS_PER_MIB = (1 << 20) // 4
-ONE_THREAD = (
-    'parameters { key: "INTRA_OP_THREAD_COUNT" value: { string_value: "1" } }\n'
-    'parameters { key: "INTER_OP_THREAD_COUNT" value: { string_value: "1" } }'
-)
 
 
 class Repeat(torch.nn.Module):

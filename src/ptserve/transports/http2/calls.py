@@ -99,7 +99,7 @@ Reply = Buffer | list[Buffer]  # what a method without a serializer returns: a m
 JOIN_LIMIT = 64 * 1024
 
 
-def frame_message(body: bytes) -> bytes:
+def frame_message(body: Buffer) -> bytes:
     return MESSAGE_PREFIX.pack(0, len(body)) + body
 
 
@@ -107,7 +107,7 @@ def framed_parts(reply: Reply) -> list[Buffer]:
     """A unary answer framed as a gRPC message: the length prefix first, then the message's
     bytes, the parts of a long one as they are (see ``JOIN_LIMIT``)."""
     if not isinstance(reply, list):
-        return [MESSAGE_PREFIX.pack(0, len(reply)) + reply]
+        return [frame_message(reply)]
     size = 0
     for part in reply:
         size += len(part)

@@ -925,18 +925,12 @@ class Connection(asyncio.Protocol):
         if not out:
             return
         transport = self._transport
-        if transport is None or transport.is_closing() or self._winding_down:
-            out.clear()
-            return
-        if len(out) == 1:
-            transport.write(out[0])
-            out.clear()
-            return
-        size = 0
-        for piece in out:
-            size += len(piece)
-        if size <= calls.JOIN_LIMIT:  # one buffer, one copy: cheaper than a gather of pieces
-            transport.write(b"".join(out))
-        else:  # large tensor data goes to the socket from where it lies
-            transport.writelines(list(out))
+        if transport is not None and not transport.is_closing() and not self._winding_down:
+            size = 0
+            for piece in out:
+                size += len(piece)
+            if size > calls.JOIN_LIMIT:  # large tensor data goes to the socket from where it lies
+                transport.writelines(list(out))
+            else:  # one buffer, one copy at most: cheaper than a gather of small pieces
+                transport.write(out[0] if len(out) == 1 else b"".join(out))
         out.clear()
