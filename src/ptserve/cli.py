@@ -15,6 +15,7 @@ from ptserve.common.errors import ServerError
 from ptserve.common.host_memory import retain_freed_memory
 from ptserve.common.loops import DEFAULT_IDLE_POLL_US, MAX_IDLE_POLL_US
 from ptserve.common.version import __version__
+from ptserve.core import collector
 from ptserve.core.control import CONTROL_MODES
 from ptserve.core.metrics import Metrics, MetricsConfig
 from ptserve.core.server import InferenceServer, ServerOptions
@@ -536,6 +537,7 @@ async def serve(args: argparse.Namespace) -> int:
             return 2
     # Made before the models load, so that their latencies are observed from the start.
     metrics = Metrics(server, args.metrics_settings) if args.allow_metrics else None
+    collector.enable()  # each load and unload settles the heap (see core.collector)
     failures = await server.start()
     log.info("\n%s", _status_table(server))
     if failures and server.options.exit_on_error:

@@ -16,6 +16,7 @@ from ptserve.config.autocomplete import auto_complete
 from ptserve.config.io import model_io
 from ptserve.config.parse import ModelConfig, load_config
 from ptserve.config.validate import check_backend_fields, instance_group_labels, validate_config
+from ptserve.core import collector
 from ptserve.core.inference import load_labels
 from ptserve.core.model import UNLOADED, Model, ModelVersion, State
 from ptserve.core.warmup import warmup_requests
@@ -93,8 +94,11 @@ class ModelManager:
         the old ones retire once their requests are answered. A failure is recorded and raised;
         when an older copy of the model is still serving, it stays.
         """
-        with self._lock_for(name):
-            return self._load(name, model_dir, override, temp_dir)
+        try:
+            with self._lock_for(name):
+                return self._load(name, model_dir, override, temp_dir)
+        finally:
+            collector.settle()
 
     def _load(
         self, name: str, model_dir: Path, override: ModelConfig | None, temp_dir: Path | None
@@ -177,6 +181,7 @@ class ModelManager:
                     if self.models.get(name) is model:
                         del self.models[name]
             log.info("successfully unloaded '%s'", name)
+        collector.settle()
 
     def unload_all(self, timeout: float | None = None) -> None:
         with self._lock:
