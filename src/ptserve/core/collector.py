@@ -35,10 +35,6 @@ def enable(on: bool = True) -> None:
             gc.unfreeze()
 
 
-def enabled() -> bool:
-    return _enabled
-
-
 def settle() -> None:
     """After models were loaded or unloaded: collect everything once, then freeze what is left.
 
