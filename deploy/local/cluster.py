@@ -83,7 +83,11 @@ defaults
     retry-on conn-failure empty-response 503
     option httpchk GET /v2/health/ready
     http-check expect status 200
-    default-server inter 500ms fastinter 250ms fall 1 rise 2
+    # Two failed checks take a replica out: one slow answer from a busy machine must not empty
+    # the pool (with every replica out HAProxy itself answers 503). A stopping replica's 503s
+    # meanwhile are retried elsewhere.
+    timeout check 2s
+    default-server inter 500ms fastinter 250ms fall 2 rise 2
 
 frontend http
     bind {address}:{http}

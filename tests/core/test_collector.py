@@ -80,6 +80,51 @@ def test_stopping_hands_frozen_objects_back() -> None:
     assert tracked(kept)
 
 
+def young_passes(alive: int) -> int:
+    """How many young-generation passes start while ``alive`` new tracked objects are kept."""
+    passes = 0
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        nonlocal passes
+        passes += phase == "start" and info["generation"] == 0
+
+    gc.collect(0)  # the young count starts from zero
+    gc.callbacks.append(count)
+    try:
+        kept = [[] for _ in range(alive)]
+    finally:
+        gc.callbacks.remove(count)
+    del kept
+    return passes
+
+
+def test_the_requests_in_flight_start_no_young_pass(settling: None) -> None:
+    """About 1,000 objects: what 32 requests in flight hold."""
+    assert gc.get_threshold()[0] == collector.YOUNG_THRESHOLD
+    assert young_passes(1_200) == 0
+    assert young_passes(3 * collector.YOUNG_THRESHOLD) >= 1  # raised, not turned off
+
+
+def test_stopping_restores_the_thresholds() -> None:
+    before = gc.get_threshold()
+    collector.enable()
+    collector.enable()  # twice: the first call's thresholds are the ones kept
+    collector.enable(False)
+    assert gc.get_threshold() == before
+    assert young_passes(1_200) >= 1  # Python's default (700) again
+
+
+def test_a_collector_turned_off_stays_off() -> None:
+    before = gc.get_threshold()
+    gc.set_threshold(0)
+    try:
+        collector.enable()
+        assert gc.get_threshold()[0] == 0
+        collector.enable(False)
+    finally:
+        gc.set_threshold(*before)
+
+
 def test_loading_and_unloading_a_model_settle(settling: None, tmp_path: Path) -> None:
     write_model(tmp_path, "simple", SIMPLE_CONFIG, {1: torch.jit.script(AddSub())})
     manager = ModelManager([PyTorchBackend()], LoadOptions())
@@ -102,7 +147,10 @@ def test_the_server_settles_after_each_load_and_unload(tmp_path: Path) -> None:
         with urllib.request.urlopen(urllib.request.Request(url, data=b"{}")) as reply:
             assert reply.status == 200
         settled = re.findall(
-            r"collector: \d+ unreachable objects freed, (\d+) objects frozen", server.log()
+            r"collector: \d+ unreachable objects freed, (\d+) objects frozen, in [\d.]+ ms "
+            r"\(young-generation threshold (\d+)\)",
+            server.log(),
         )
     assert len(settled) == 2  # the load, then the unload
-    assert all(int(count) > 10_000 for count in settled)  # torch's and the model's objects
+    assert all(int(count) > 10_000 for count, _ in settled)  # torch's and the model's objects
+    assert all(int(young) == collector.YOUNG_THRESHOLD for _, young in settled)
