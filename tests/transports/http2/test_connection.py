@@ -34,6 +34,7 @@ from hyperframe.frame import (
     WindowUpdateFrame,
 )
 
+from ptserve.transports.http2 import connection as h2_connection
 from ptserve.transports.http2.calls import Context
 from ptserve.transports.http2.policing import DEFAULT_LIMITS, PREFACE, Limits
 from ptserve.transports.http2.server import NativeGrpcServer
@@ -1309,6 +1310,28 @@ async def test_data_on_a_closed_stream_is_refused(client: Client, state: State) 
     frames = await client.raw_frames()
     codes = {f.error_code for f in frames if isinstance(f, GoAwayFrame | RstStreamFrame)}
     assert codes & {ErrorCodes.STREAM_CLOSED}
+
+
+async def test_closed_streams_are_remembered_up_to_a_bound_oldest_forgotten_first(
+    server: NativeGrpcServer, client: Client
+) -> None:
+    """How each closed stream ended is kept for frames that come late, for the last
+    ``_CLOSED_KEPT`` streams only: a peer that opens and closes streams without end cannot
+    grow it."""
+    stream_id = client.request("/test.Echo/Unary", b"done")
+    await client.reply(stream_id)
+    (connection,) = server._connections
+    kept = h2_connection._CLOSED_KEPT
+    closed = connection._closed_streams
+    assert closed == {stream_id: h2_connection.ENDED}
+    later = range(stream_id + 2, stream_id + 2 + 2 * (kept + 10), 2)
+    for sid in later:
+        connection._record(sid, h2_connection.RESET_BY_US)
+    assert len(closed) == kept
+    assert list(closed) == list(later)[10:]  # the 11 oldest went, in the order they closed
+    assert list(connection._closed_order) == list(closed)
+    connection._record(later[-1], h2_connection.ENDED)  # the first word on a stream stands
+    assert closed[later[-1]] == h2_connection.RESET_BY_US and len(closed) == kept
 
 
 async def test_headers_on_a_reset_stream_are_refused_and_the_connection_goes_on(

@@ -15,6 +15,7 @@ connection cancels it.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
 import logging
 from collections.abc import Callable, Coroutine, Mapping
@@ -96,6 +97,9 @@ class Connection(asyncio.Protocol):
         self._out: list[bytes | memoryview] = []  # to write at the next flush
         self._streams: dict[int, Stream] = {}
         self._closed_streams: dict[int, int] = {}  # stream id: ENDED, RESET_BY_US or _BY_PEER
+        # Their ids in the order they closed: the oldest is forgotten in O(1) (the first key of
+        # a dict that keeps losing its first keys is found past every one deleted before it).
+        self._closed_order: collections.deque[int] = collections.deque()
         self._highest = 0  # the highest stream the peer opened
         self._blocked: dict[int, Stream] = {}  # waiting for the connection's send window
         self._held: dict[int, Stream] = {}  # window held back while the connection's is full
@@ -869,9 +873,11 @@ class Connection(asyncio.Protocol):
         closed = self._closed_streams
         if stream_id in closed:
             return
-        if len(closed) >= _CLOSED_KEPT:
-            del closed[next(iter(closed))]
+        order = self._closed_order
+        if len(order) >= _CLOSED_KEPT:
+            del closed[order.popleft()]
         closed[stream_id] = how
+        order.append(stream_id)
 
     def _close(self, stream: Stream) -> None:
         """The answer is out; the peer's side may still be open (then tell it to stop)."""
