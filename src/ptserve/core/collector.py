@@ -33,16 +33,14 @@ log = logging.getLogger("ptserve.core")
 YOUNG_THRESHOLD = 2000
 
 _lock = threading.Lock()
-_enabled = False
-_thresholds: tuple[int, int, int] | None = None  # the collector's own, while enabled
+_thresholds: tuple[int, int, int] | None = None  # the collector's own while enabled, else None
 
 
 def enable(on: bool = True) -> None:
     """Settle from now on with the young threshold raised (``on``), or stop: the thresholds as
     they were, and every frozen object handed back to the collector."""
-    global _enabled, _thresholds
+    global _thresholds
     with _lock:
-        _enabled = on
         if on:
             if _thresholds is None:
                 _thresholds = gc.get_threshold()
@@ -61,7 +59,7 @@ def settle() -> None:
 
     Runs on the thread that loaded or unloaded (the collection holds the GIL: a pause as long as
     one full pass, which a busy server would otherwise take every few seconds)."""
-    if not _enabled:
+    if _thresholds is None:
         return
     with _lock:
         started = time.perf_counter()
