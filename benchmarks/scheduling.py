@@ -25,7 +25,9 @@ ptserve's serving overhead alone. Each row gives the
 server's CPU time per request, how busy each core was, and which side held the throughput down:
 a row "bound by" the client had a load generator using its whole core while the server had time
 to spare, so its ratio says how much work each server makes for that client, not what the
-server can do.
+server can do. "client ceiling" is what the load generator could drive with its whole core at
+the CPU it spent per request in that row; with a peer, each row also says how much of that
+ceiling the throughput target (1.2 x the peer) would take.
 ``--floor`` adds the canned-answer server (``benchmarks.floor_server``: a few lines of uvloop and
 httptools that answer every infer request from memory): what any Python server on this core
 spends per request before it does anything.
@@ -398,6 +400,13 @@ def bound_by(figures: dict[str, float]) -> str:
     return "neither"
 
 
+def client_ceiling(figures: dict[str, float]) -> float:
+    """The inf/s the load generator could drive with its whole core at the CPU per request it
+    spent in this row: no server, however cheap, gets more out of it under this load. A row
+    whose target is near this is bounded by the load generator's core, not by the server."""
+    return 1e6 / max(figures["client_cpu_us"], 1e-9)
+
+
 def children_cpu_s() -> float:
     """CPU seconds of the waited-for child processes (the load generators) so far."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -478,6 +487,7 @@ def histogram(url: str, model: str) -> dict[int, int]:
 
 
 TARGET = 0.85  # of the in-process batch-32 throughput
+GOAL = 1.2  # x the peer's throughput
 
 
 @dataclass(frozen=True, slots=True)
@@ -658,7 +668,8 @@ def report(
     header = ["scenario"]
     for name in names:
         header += [f"{name} inf/s", f"{name} p50/p99 us", f"{name} p99/p50", f"{name} CPU us/req"]
-        header += [f"{name} client CPU us/req", f"{name} busy server/client", f"{name} bound by"]
+        header += [f"{name} client CPU us/req", f"{name} client ceiling inf/s"]
+        header += [f"{name} busy server/client", f"{name} bound by"]
     header += [f"ptserve / {name}" for name in names[1:]]
     print(f"concurrency {args.concurrency}, best of {args.repeats} x {args.seconds:g} s")
     print("| " + " | ".join(header) + " |")
@@ -674,6 +685,7 @@ def report(
                 f"{b['p99_us'] / b['p50_us']:.2f}",
                 f"{b['cpu_us']:.1f}",
                 f"{b['client_cpu_us']:.1f}",
+                f"{client_ceiling(b):.0f}",
                 f"{b['server_busy']:.0%} / {b['client_busy']:.0%}",
                 bound_by(b),
             ]
@@ -681,6 +693,15 @@ def report(
         row += [f"{ptserve / bests[name]['throughput']:.2f}x" for name in names[1:]]
         print("| " + " | ".join(row) + " |")
     if len(names) > 1:
+        print()
+        for scenario in chosen:
+            ceiling = client_ceiling(best(figures[(scenario.name, "ptserve")]))
+            for name in names[1:]:
+                goal = GOAL * best(figures[(scenario.name, name)])["throughput"]
+                print(
+                    f"{scenario.name}: {GOAL:g} x {name} = {goal:.0f} inf/s, "
+                    f"{goal / ceiling:.0%} of the load generator's ceiling in ptserve's row"
+                )
         print()
         print(side_by_side(chosen, names, figures))
     print("\nEach server's own time per request, by phase (its statistics; median of the repeats)")
